@@ -1,0 +1,15 @@
+"""Test settings: the suite runs on PostgreSQL only (`make test` starts a throwaway one)."""
+
+from config.settings.base import *  # noqa: F403
+from config.settings.base import BASE_DIR, DATABASES, Q_CLUSTER, env_required
+
+env_required("DATABASE_URL")
+assert DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql", (
+    "The test suite needs PostgreSQL: run it with `make test` or set DATABASE_URL."
+)
+
+SECRET_KEY = "test-only-not-secret"
+DEBUG = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+MEDIA_ROOT = BASE_DIR / ".test-media"
+Q_CLUSTER = {**Q_CLUSTER, "sync": True}

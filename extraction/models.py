@@ -1,0 +1,53 @@
+import os
+from datetime import timedelta
+
+from django.core.validators import MinValueValidator
+from django.db import models
+
+
+class Adapter(models.TextChoices):
+    AZURE_DI = "azure_di", "Azure AI Document Intelligence"
+    HTTP_ASYNC = "http_async", "Generic async job protocol"
+    SANDBOX = "sandbox", "Bundled sandbox extractor"
+
+
+class Extractor(models.Model):
+    """One configured external extractor. Its API key lives only in the environment variable
+    named by `api_key_env`; the database never holds the key itself."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    adapter = models.CharField(max_length=20, choices=Adapter.choices)
+    base_url = models.URLField(max_length=500)
+    model_id = models.CharField(
+        max_length=200, blank=True, help_text="Model to run, e.g. prebuilt-layout (Azure)."
+    )
+    api_key_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Name of the environment variable that holds the API key.",
+    )
+    request_timeout = models.DurationField(default=timedelta(seconds=30))
+    poll_initial_interval = models.DurationField(default=timedelta(seconds=2))
+    poll_max_interval = models.DurationField(default=timedelta(seconds=30))
+    max_duration = models.DurationField(
+        default=timedelta(hours=1), help_text="A job's deadline, counted from its (re)queueing."
+    )
+    max_submit_attempts = models.PositiveIntegerField(default=5, validators=[MinValueValidator(1)])
+    max_poll_errors = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
+    max_in_flight = models.PositiveIntegerField(
+        default=0, help_text="Cap on concurrently submitted jobs; 0 means no cap."
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def api_key(self) -> str:
+        """The key from the environment, or "" when none is configured."""
+        return os.environ.get(self.api_key_env, "") if self.api_key_env else ""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class JobtrackingConfig(AppConfig):
+    name = "jobtracking"
+    verbose_name = "Extraction jobs"

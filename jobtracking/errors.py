@@ -1,0 +1,56 @@
+"""Application errors: each carries a stable machine `code` and the HTTP status it maps to."""
+
+from typing import Any
+
+
+class ApplicationError(Exception):
+    code = "application_error"
+    http_status = 400
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+
+class JobNotFoundError(ApplicationError):
+    code = "job_not_found"
+    http_status = 404
+
+
+class InvalidTransitionError(ApplicationError):
+    """The transition table does not allow this move from the job's current status."""
+
+    code = "invalid_transition"
+    http_status = 409
+
+
+class ForceRequiredError(InvalidTransitionError):
+    code = "force_required"
+
+
+class JobMovedOnError(InvalidTransitionError):
+    """The job left the status the caller expected: somebody else acted first."""
+
+    code = "job_moved_on"
+
+
+class ActiveJobExistsError(ApplicationError):
+    code = "active_job_exists"
+    http_status = 409
+
+
+class ExtractorDisabledError(ApplicationError):
+    code = "extractor_disabled"
+    http_status = 400
+
+
+class JobValidationError(ApplicationError):
+    """Bad input to a service; `fields` maps field names to messages."""
+
+    code = "validation_error"
+    http_status = 400
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__("Invalid input: " + "; ".join(f"{k}: {v}" for k, v in fields.items()))
+        self.fields = fields

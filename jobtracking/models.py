@@ -1,0 +1,309 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from extraction.errors import ErrorCode
+from extraction.models import Extractor
+from jobtracking import states
+from jobtracking.ids import uuid7
+
+ACTIVE_STATUS = Q(status__in=sorted(states.ACTIVE))
+
+
+class JobStatus(models.Model):
+    """Reference table of the lifecycle's statuses, seeded from `states.STATUSES`."""
+
+    code = models.CharField(max_length=20, primary_key=True)
+    label = models.CharField(max_length=50)
+    terminal = models.BooleanField()
+    description = models.CharField(max_length=200)
+    position = models.PositiveSmallIntegerField(help_text="Order in the lifecycle.")
+
+    class Meta:
+        ordering = ["position"]
+        verbose_name_plural = "job statuses"
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class ActorType(models.TextChoices):
+    API = "api", "API"
+    ADMIN = "admin", "Admin"
+    COMMAND = "command", "Command"
+    SYSTEM = "system", "System"
+
+
+class ExtractionJob(models.Model):
+    """One request to one extractor for one file. Its status changes only through
+    `jobtracking.services.job_transition`."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    # Composite indexes below lead with these foreign keys, so Django's own FK indexes are off.
+    extractor = models.ForeignKey(
+        Extractor, on_delete=models.PROTECT, related_name="jobs", db_index=False
+    )
+    status = models.ForeignKey(
+        JobStatus, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+
+    file_id = models.CharField(max_length=255, help_text="The platform's identifier of the file.")
+    file_name = models.CharField(max_length=255, blank=True)
+    content_type = models.CharField(max_length=100, blank=True)
+    file_size = models.BigIntegerField(null=True, blank=True)
+    file_sha256 = models.CharField(max_length=64, blank=True)
+    source_url = models.URLField(max_length=2000, blank=True)
+    upload = models.FileField(upload_to="uploads/%Y/%m/%d/", max_length=300, blank=True)
+
+    options = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="extraction_jobs",
+        db_index=False,
+    )
+    # NULL, not "", for "no key": the per-user unique constraint skips NULLs.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+
+    attempt = models.PositiveIntegerField(default=1)
+    submit_attempts = models.PositiveIntegerField(default=0)
+    poll_count = models.PositiveIntegerField(default=0)
+    poll_error_count = models.PositiveIntegerField(default=0)
+
+    external_job_id = models.CharField(max_length=255, blank=True)
+    external_url = models.CharField(max_length=2000, blank=True)
+    external_status = models.CharField(max_length=50, blank=True)
+    external_request_id = models.CharField(max_length=100, blank=True)
+    progress = models.PositiveSmallIntegerField(default=0)
+    remote_expires_at = models.DateTimeField(null=True, blank=True)
+
+    due_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+
+    error_code = models.CharField(max_length=50, choices=ErrorCode.choices, blank=True)
+    error_message = models.TextField(blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["extractor", "file_id"],
+                condition=ACTIVE_STATUS,
+                name="job_one_active_per_file",
+                violation_error_message="An active job already exists for this file.",
+            ),
+            models.UniqueConstraint(
+                fields=["requested_by", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="job_idempotency_key_per_user",
+            ),
+            models.CheckConstraint(
+                condition=(Q(source_url="") & ~Q(upload="")) | (~Q(source_url="") & Q(upload="")),
+                name="job_exactly_one_source",
+                violation_error_message="A job needs exactly one of source_url and upload.",
+            ),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0, progress__lte=100), name="job_progress_range"
+            ),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="job_attempt_positive"),
+        ]
+        indexes = [
+            # Finding due work costs O(due jobs): only non-terminal rows are in this index.
+            models.Index(fields=["due_at"], condition=ACTIVE_STATUS, name="job_due_active_idx"),
+            models.Index(fields=["status", "-created_at"], name="job_status_created_idx"),
+            models.Index(fields=["extractor", "-created_at"], name="job_extractor_created_idx"),
+            models.Index(fields=["-created_at"], name="job_created_idx"),
+            models.Index(fields=["-completed_at"], name="job_completed_idx"),
+            models.Index(fields=["error_code", "-created_at"], name="job_error_created_idx"),
+            models.Index(fields=["file_id"], name="job_file_id_idx"),
+            models.Index(fields=["external_job_id"], name="job_external_id_idx"),
+            models.Index(fields=["requested_by", "-created_at"], name="job_requester_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status_id})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status_id in states.TERMINAL
+
+
+class AppendOnlyError(Exception):
+    """Raised when code tries to rewrite or delete an audit row."""
+
+
+class JobStatusChange(models.Model):
+    """The audit trail: one row per change of a job's status, never updated or deleted."""
+
+    job = models.ForeignKey(
+        ExtractionJob, on_delete=models.CASCADE, related_name="status_changes", db_index=False
+    )
+    from_status = models.ForeignKey(
+        JobStatus, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    to_status = models.ForeignKey(
+        JobStatus, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    attempt = models.PositiveIntegerField()
+    changed_at = models.DateTimeField(default=timezone.now)
+    actor_type = models.CharField(max_length=10, choices=ActorType.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    reason = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["changed_at", "id"]
+        indexes = [
+            models.Index(fields=["job", "changed_at"], name="change_job_time_idx"),
+            models.Index(fields=["-changed_at"], name="change_time_idx"),
+            models.Index(fields=["to_status", "-changed_at"], name="change_status_time_idx"),
+            models.Index(fields=["actor_type", "-changed_at"], name="change_actor_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_status_id or '∅'} → {self.to_status_id}"
+
+    def save(self, *args, **kwargs) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError("Status changes are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("Status changes are append-only.")
+
+
+class ExtractionResult(models.Model):
+    """The extractor's output for one successful attempt: inline JSON when small, else a file."""
+
+    job = models.ForeignKey(
+        ExtractionJob, on_delete=models.CASCADE, related_name="results", db_index=False
+    )
+    attempt = models.PositiveIntegerField()
+    payload = models.JSONField(null=True, blank=True)
+    payload_file = models.FileField(upload_to="results/%Y/%m/%d/", max_length=300, blank=True)
+    content_sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    page_count = models.PositiveIntegerField(null=True, blank=True)
+    model_version = models.CharField(max_length=200, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job", "-attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="result_one_per_attempt"),
+            models.CheckConstraint(
+                condition=Q(payload__isnull=False) | ~Q(payload_file=""),
+                name="result_has_payload",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.attempt}"
+
+
+class JobEvent(models.Model):
+    """Transactional outbox: written in the same transaction as the change it describes.
+    The auto-increment id is the pull feed's cursor."""
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    job = models.ForeignKey(
+        ExtractionJob, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    type = models.CharField(max_length=30, choices=[(t, t) for t in states.EVENT_TYPES])
+    payload = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["type", "id"], name="event_type_id_idx"),
+            models.Index(fields=["job", "id"], name="event_job_id_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.type} {self.job_id}"
+
+
+class WebhookSubscription(models.Model):
+    """A receiver of job events. Its signing secret is derived from the server's key and
+    `secret_version` (see `jobtracking.events`), so no secret is stored in the database."""
+
+    url = models.URLField(max_length=2000)
+    description = models.CharField(max_length=200, blank=True)
+    event_types = models.JSONField(
+        default=list, blank=True, help_text="Event types to receive; empty means all."
+    )
+    active = models.BooleanField(default=True)
+    secret_version = models.PositiveIntegerField(default=1)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    DEAD = "dead", "Dead"
+
+
+class WebhookDelivery(models.Model):
+    """One event on its way to one subscription, delivered at least once."""
+
+    event = models.ForeignKey(
+        JobEvent, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
+    subscription = models.ForeignKey(
+        WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    state = models.CharField(
+        max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_response_excerpt = models.TextField(blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "webhook deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event", "subscription"], name="delivery_one_per_event_subscription"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(state="pending"),
+                name="delivery_due_idx",
+            ),
+            models.Index(fields=["state", "-created_at"], name="delivery_state_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"event {self.event_id} → {self.subscription_id} ({self.state})"

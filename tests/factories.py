@@ -1,0 +1,158 @@
+from datetime import timedelta
+
+import factory
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from extraction.models import Adapter, Extractor
+from jobtracking import states
+from jobtracking.models import (
+    ActorType,
+    DeliveryState,
+    ExtractionJob,
+    ExtractionResult,
+    JobEvent,
+    JobStatusChange,
+    WebhookDelivery,
+    WebhookSubscription,
+)
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ["username"]
+
+    username = factory.Sequence(lambda n: f"client{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
+    password = factory.django.Password("secret-password")
+
+
+class ExtractorFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Extractor
+
+    slug = factory.Sequence(lambda n: f"extractor-{n}")
+    name = factory.LazyAttribute(lambda e: e.slug.title())
+    adapter = Adapter.HTTP_ASYNC
+    base_url = "http://127.0.0.1:9"
+    api_key_env = "TEST_EXTRACTOR_KEY"
+
+    class Params:
+        azure = factory.Trait(
+            adapter=Adapter.AZURE_DI,
+            model_id="prebuilt-layout",
+            api_key_env="TEST_AZURE_KEY",
+        )
+        disabled = factory.Trait(enabled=False)
+
+
+class ExtractionJobFactory(factory.django.DjangoModelFactory):
+    """A job in any status, written directly (arrange only: acting goes through services)."""
+
+    class Meta:
+        model = ExtractionJob
+
+    extractor = factory.SubFactory(ExtractorFactory)
+    status_id = states.PENDING
+    file_id = factory.Sequence(lambda n: f"file-{n}")
+    file_name = factory.LazyAttribute(lambda j: f"{j.file_id}.pdf")
+    content_type = "application/pdf"
+    source_url = factory.LazyAttribute(lambda j: f"https://files.example.org/{j.file_id}.pdf")
+    requested_by = factory.SubFactory(UserFactory)
+    due_at = factory.LazyFunction(timezone.now)
+    deadline_at = factory.LazyFunction(lambda: timezone.now() + timedelta(hours=1))
+
+    class Params:
+        submitting = factory.Trait(
+            status_id=states.SUBMITTING,
+            submit_attempts=1,
+            lease_expires_at=factory.LazyFunction(lambda: timezone.now() + timedelta(minutes=1)),
+        )
+        submitted = factory.Trait(
+            status_id=states.SUBMITTED,
+            external_job_id=factory.Sequence(lambda n: f"ext-{n}"),
+            submitted_at=factory.LazyFunction(timezone.now),
+        )
+        processing = factory.Trait(
+            status_id=states.PROCESSING,
+            external_job_id=factory.Sequence(lambda n: f"ext-{n}"),
+            submitted_at=factory.LazyFunction(timezone.now),
+            started_at=factory.LazyFunction(timezone.now),
+            progress=40,
+        )
+        succeeded = factory.Trait(
+            status_id=states.SUCCEEDED,
+            external_job_id=factory.Sequence(lambda n: f"ext-{n}"),
+            progress=100,
+            due_at=None,
+            completed_at=factory.LazyFunction(timezone.now),
+        )
+        failed = factory.Trait(
+            status_id=states.FAILED,
+            error_code="extraction_failed",
+            error_message="The document is corrupt.",
+            due_at=None,
+            completed_at=factory.LazyFunction(timezone.now),
+        )
+        timed_out = factory.Trait(
+            status_id=states.TIMED_OUT,
+            error_code="deadline_exceeded",
+            due_at=None,
+            completed_at=factory.LazyFunction(timezone.now),
+        )
+        cancelled = factory.Trait(
+            status_id=states.CANCELLED,
+            due_at=None,
+            completed_at=factory.LazyFunction(timezone.now),
+        )
+
+
+class JobStatusChangeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = JobStatusChange
+
+    job = factory.SubFactory(ExtractionJobFactory)
+    from_status_id = None
+    to_status_id = states.PENDING
+    attempt = 1
+    actor_type = ActorType.SYSTEM
+
+
+class ExtractionResultFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ExtractionResult
+
+    job = factory.SubFactory(ExtractionJobFactory, succeeded=True)
+    attempt = 1
+    payload = factory.LazyFunction(lambda: {"pages": [{"number": 1, "text": "Total: 10"}]})
+    content_sha256 = "0" * 64
+    size_bytes = 42
+    page_count = 1
+
+
+class JobEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = JobEvent
+
+    job = factory.SubFactory(ExtractionJobFactory)
+    type = states.EVENT_CREATED
+    payload = factory.LazyAttribute(lambda e: {"id": str(e.job.id)})
+
+
+class WebhookSubscriptionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = WebhookSubscription
+
+    url = factory.Sequence(lambda n: f"https://hooks.example.org/{n}")
+    event_types = factory.LazyFunction(list)
+
+
+class WebhookDeliveryFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = WebhookDelivery
+
+    event = factory.SubFactory(JobEventFactory)
+    subscription = factory.SubFactory(WebhookSubscriptionFactory)
+    state = DeliveryState.PENDING
+    next_attempt_at = factory.LazyFunction(timezone.now)

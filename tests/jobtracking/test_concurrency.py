@@ -1,0 +1,84 @@
+"""Races between real concurrent transactions on PostgreSQL: exactly one actor wins."""
+
+import threading
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+
+from jobtracking.errors import ActiveJobExistsError, InvalidTransitionError
+from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
+from jobtracking.services import Actor, job_cancel, job_create, job_transition
+from tests.factories import ExtractionJobFactory, ExtractorFactory, UserFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("seeded_statuses")]
+
+
+def race(*actions: Callable[[], object]) -> list[object]:
+    """Run the actions in threads released together; return each one's result or exception."""
+    barrier = threading.Barrier(len(actions))
+    outcomes: list[object] = [None] * len(actions)
+
+    def run(index: int, action: Callable[[], object]) -> None:
+        try:
+            barrier.wait()
+            outcomes[index] = action()
+        except Exception as error:
+            outcomes[index] = error
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=item) for item in enumerate(actions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return outcomes
+
+
+@pytest.mark.parametrize("round_", range(5))
+def test_succeed_and_cancel_race_has_exactly_one_winner(round_):
+    job = ExtractionJobFactory(processing=True)
+    outcomes = race(
+        lambda: job_transition(
+            job_id=job.id,
+            to_status="succeeded",
+            actor=Actor.system(),
+            expected_from={"processing"},
+        ),
+        lambda: job_cancel(job_id=job.id, actor=Actor.system()),
+    )
+    winners = [o for o in outcomes if isinstance(o, ExtractionJob)]
+    losers = [o for o in outcomes if isinstance(o, InvalidTransitionError)]
+    assert len(winners) == 1 and len(losers) == 1, outcomes
+    job.refresh_from_db()
+    assert job.status_id == winners[0].status_id
+    (change,) = JobStatusChange.objects.filter(job=job)
+    assert (change.from_status_id, change.to_status_id) == ("processing", job.status_id)
+    (event,) = JobEvent.objects.filter(job=job)
+    assert event.type == f"job.{job.status_id}"
+
+
+def test_two_workers_taking_the_same_lease_have_exactly_one_winner():
+    job = ExtractionJobFactory()
+    take = lambda: job_transition(  # noqa: E731
+        job_id=job.id, to_status="submitting", actor=Actor.system(), expected_from={"pending"}
+    )
+    outcomes = race(take, take, take)
+    assert sum(isinstance(o, ExtractionJob) for o in outcomes) == 1, outcomes
+    assert JobStatusChange.objects.filter(job=job).count() == 1
+
+
+def test_concurrent_creates_for_one_file_leave_exactly_one_active_job():
+    extractor = ExtractorFactory()
+    actor = Actor("api", UserFactory())
+    create = lambda: job_create(  # noqa: E731
+        extractor=extractor,
+        file_id="shared-file",
+        source_url="https://files.example.org/shared.pdf",
+        actor=actor,
+    )
+    outcomes = race(create, create, create)
+    assert sum(isinstance(o, ExtractionJob) for o in outcomes) == 1, outcomes
+    assert sum(isinstance(o, ActiveJobExistsError) for o in outcomes) == 2, outcomes
+    assert ExtractionJob.objects.filter(file_id="shared-file").count() == 1
