@@ -1,7 +1,9 @@
 import pytest
+import requests
 
 from jobtracking.services import Actor
 from tests.factories import ExtractorFactory, UserFactory
+from tests.processes import answers, free_port, start_command, stop, wait_until
 
 
 @pytest.fixture
@@ -32,3 +34,56 @@ def seeded_statuses(transactional_db):
         ],
         ignore_conflicts=True,
     )
+
+
+class Sandbox:
+    """A handle on the running sandbox extractor process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def configure(self, **settings) -> None:
+        requests.post(f"{self.url}/_sandbox/config", json=settings, timeout=5).raise_for_status()
+
+    def stats(self) -> dict:
+        return requests.get(f"{self.url}/_sandbox/stats", timeout=5).json()
+
+    def reset(self) -> None:
+        requests.post(f"{self.url}/_sandbox/reset", timeout=5).raise_for_status()
+
+
+SANDBOX_DEFAULTS = {
+    "latency_min": 0.0,
+    "latency_max": 0.0,
+    "transient_rate": 0.0,
+    "throttle_rate": 0.0,
+    "throttle_retry_after": 1.0,
+    "permanent_failure_rate": 0.0,
+    "lost_rate": 0.0,
+    "slow_rate": 0.0,
+    "slow_seconds": 5.0,
+    "poll_retry_after": 0.0,
+    "api_key": "",
+}
+
+
+@pytest.fixture(scope="session")
+def sandbox_process(tmp_path_factory):
+    """One real `run_sandbox_extractor` process for the whole session."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("sandbox") / "sandbox.log"
+    process = start_command("run_sandbox_extractor", "--port", str(port), "--seed", "7", log=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: answers(f"{url}/healthz"), 20, "the sandbox extractor")
+        yield Sandbox(url)
+    finally:
+        stop(process)
+
+
+@pytest.fixture
+def sandbox(sandbox_process):
+    """The sandbox with no faults and empty counters; each test configures what it needs."""
+    sandbox_process.configure(**SANDBOX_DEFAULTS)
+    sandbox_process.reset()
+    return sandbox_process

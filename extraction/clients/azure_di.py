@@ -1,0 +1,147 @@
+"""Azure AI Document Intelligence REST, api-version 2024-11-30.
+
+POST {endpoint}/documentintelligence/documentModels/{model}:analyze → 202 with Operation-Location;
+GET that location → {"status", "analyzeResult" | "error"}; DELETE it → purge (our cancel).
+A failed analysis is a 200 whose status is "failed". Azure takes no idempotency key.
+"""
+
+import base64
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from extraction.clients.base import (
+    ExtractionOutput,
+    ExtractorClient,
+    PollResult,
+    RemoteStatus,
+    Submission,
+    SubmitRequest,
+    describe,
+)
+from extraction.errors import TransientExtractorError
+
+API_VERSION = "2024-11-30"
+KEY_HEADER = "Ocp-Apim-Subscription-Key"
+
+STATUS_WORDS = {
+    "notstarted": RemoteStatus.QUEUED,
+    "running": RemoteStatus.RUNNING,
+    "succeeded": RemoteStatus.SUCCEEDED,
+    "failed": RemoteStatus.FAILED,
+    "canceled": RemoteStatus.CANCELED,
+    # Used by batch analysis for documents it did not process: nothing will come of the job.
+    "skipped": RemoteStatus.FAILED,
+}
+
+# Our option names → the analyze call's query parameters.
+QUERY_OPTIONS = {
+    "pages": "pages",
+    "locale": "locale",
+    "features": "features",
+    "output_content_format": "outputContentFormat",
+    "outputContentFormat": "outputContentFormat",
+    "string_index_type": "stringIndexType",
+    "stringIndexType": "stringIndexType",
+    "query_fields": "queryFields",
+    "queryFields": "queryFields",
+}
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+class AzureDocumentIntelligenceClient(ExtractorClient):
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.config.api_key:
+            headers[KEY_HEADER] = self.config.api_key
+        return headers
+
+    def analyze_url(self) -> str:
+        model = quote(self.config.model_id or "prebuilt-layout", safe="")
+        return (
+            f"{self.config.base_url.rstrip('/')}/documentintelligence/documentModels/"
+            f"{model}:analyze"
+        )
+
+    def submit(self, request: SubmitRequest) -> Submission:
+        params = {"api-version": API_VERSION}
+        for name, value in request.options.items():
+            if name in QUERY_OPTIONS and value not in (None, "", []):
+                params[QUERY_OPTIONS[name]] = _query_value(value)
+        if request.source_url:
+            body = {"urlSource": request.source_url}
+        else:
+            body = {"base64Source": base64.b64encode(request.content or b"").decode("ascii")}
+        url = self.analyze_url()
+        response = self.request("POST", url, headers=self._headers(), params=params, json=body)
+        location = response.headers.get("Operation-Location", "")
+        if not location:
+            raise TransientExtractorError(
+                f"{describe('POST', url)}: HTTP {response.status_code} without Operation-Location",
+                http_status=response.status_code,
+            )
+        return Submission(
+            external_id=urlsplit(location).path.rstrip("/").rsplit("/", 1)[-1],
+            poll_url=location,
+            request_id=response.headers.get("apim-request-id", ""),
+            retry_after=response.retry_after,
+        )
+
+    def poll(self, poll_url: str) -> PollResult:
+        response = self.request("GET", poll_url, headers=self._headers(), missing_is_lost=True)
+        body = response.json_object(describe("GET", poll_url))
+        raw_status = str(body.get("status", ""))
+        status = STATUS_WORDS.get(raw_status.lower(), RemoteStatus.UNKNOWN)
+        error = body.get("error") if isinstance(body.get("error"), dict) else {}
+        inner = error.get("innererror") if isinstance(error.get("innererror"), dict) else {}
+        output = None
+        if status is RemoteStatus.SUCCEEDED and isinstance(body.get("analyzeResult"), dict):
+            output = self._output(body["analyzeResult"])
+        percent = body.get("percentCompleted")
+        return PollResult(
+            status=status,
+            raw_status=raw_status,
+            progress=int(percent) if isinstance(percent, int | float) else None,
+            # The inner error names the precise cause (e.g. InvalidContent under InvalidRequest).
+            error_code=str(inner.get("code") or error.get("code") or "")[:100],
+            error_message=str(inner.get("message") or error.get("message") or "")[:1000],
+            retry_after=response.retry_after,
+            request_id=response.headers.get("apim-request-id", ""),
+            output=output,
+        )
+
+    def fetch_result(self, poll_url: str) -> ExtractionOutput:
+        result = self.poll(poll_url)
+        if result.output is None:
+            raise TransientExtractorError(
+                f"{describe('GET', poll_url)}: no analyzeResult (status {result.raw_status!r})"
+            )
+        return result.output
+
+    @staticmethod
+    def _output(analyze_result: dict[str, Any]) -> ExtractionOutput:
+        pages = analyze_result.get("pages")
+        version = "/".join(
+            str(analyze_result[key]) for key in ("modelId", "apiVersion") if analyze_result.get(key)
+        )
+        return ExtractionOutput(
+            payload=analyze_result,
+            page_count=len(pages) if isinstance(pages, list) else None,
+            model_version=version,
+        )
+
+    def cancel(self, poll_url: str) -> None:
+        self.request("DELETE", poll_url, headers=self._headers(), missing_is_lost=True)
+
+    def check_connection(self) -> str:
+        url = f"{self.config.base_url.rstrip('/')}/documentintelligence/info"
+        response = self.request(
+            "GET", url, headers=self._headers(), params={"api-version": API_VERSION}
+        )
+        body = response.json_object(describe("GET", url))
+        quota = body.get("customDocumentModels", {})
+        return f"{describe('GET', url)} answered (custom models: {quota.get('count', '?')})"

@@ -1,0 +1,275 @@
+"""The one interface every extractor adapter implements, and the HTTP plumbing they share.
+
+Clients take plain values and return plain typed values; they know nothing about jobs. Every call
+has connect and read timeouts and a bounded response size, and no message ever holds the API key.
+"""
+
+import email.utils
+import enum
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from extraction.errors import (
+    ErrorCode,
+    ExternalJobLostError,
+    PermanentExtractorError,
+    TransientExtractorError,
+)
+
+MAX_RETRY_AFTER_SECONDS = 24 * 3600.0
+
+
+class RemoteStatus(enum.StrEnum):
+    """The extractor's own status word, mapped onto what the job engine needs to know."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    UNKNOWN = "unknown"  # a word we do not know: keep polling until the deadline
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    base_url: str
+    model_id: str = ""
+    api_key: str = field(default="", repr=False)
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+    max_response_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One file to extract: either a URL the extractor fetches, or the bytes themselves."""
+
+    file_name: str
+    content_type: str = ""
+    source_url: str = ""
+    content: bytes | None = field(default=None, repr=False)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
+class Submission:
+    external_id: str
+    poll_url: str
+    request_id: str = ""
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class ExtractionOutput:
+    payload: dict[str, Any]
+    page_count: int | None = None
+    model_version: str = ""
+
+
+@dataclass(frozen=True)
+class PollResult:
+    status: RemoteStatus
+    raw_status: str
+    progress: int | None = None
+    error_code: str = ""
+    error_message: str = ""
+    retry_after: float | None = None
+    request_id: str = ""
+    # Set when the protocol hands the result over with the final poll (Azure does).
+    output: ExtractionOutput | None = None
+
+
+class ExtractorClient(ABC):
+    """Submit, poll, fetch result, cancel. Raises only `extraction.errors.ExtractorError`s."""
+
+    def __init__(self, config: ClientConfig, session: requests.Session | None = None) -> None:
+        self.config = config
+        self.session = session or new_session()
+
+    @abstractmethod
+    def submit(self, request: SubmitRequest) -> Submission: ...
+
+    @abstractmethod
+    def poll(self, poll_url: str) -> PollResult: ...
+
+    @abstractmethod
+    def fetch_result(self, poll_url: str) -> ExtractionOutput: ...
+
+    @abstractmethod
+    def cancel(self, poll_url: str) -> None: ...
+
+    @abstractmethod
+    def check_connection(self) -> str:
+        """Make one cheap authenticated call; return a short description of what answered."""
+
+    # HTTP plumbing shared by the adapters.
+
+    def request(
+        self, method: str, url: str, *, missing_is_lost: bool = False, **kwargs: Any
+    ) -> "Response":
+        """Send one request and classify the outcome.
+
+        Returns 2xx answers; raises `TransientExtractorError` for connection trouble, timeouts,
+        408/429/5xx; `ExternalJobLostError` for 404 when `missing_is_lost`; otherwise
+        `PermanentExtractorError`.
+        """
+        where = describe(method, url)
+        try:
+            raw = self.session.request(
+                method,
+                url,
+                timeout=(self.config.connect_timeout, self.config.read_timeout),
+                stream=True,
+                allow_redirects=False,
+                **kwargs,
+            )
+        except requests.Timeout:
+            raise TransientExtractorError(f"{where}: timed out") from None
+        except requests.RequestException as error:
+            raise TransientExtractorError(
+                f"{where}: connection failed ({type(error).__name__})"
+            ) from None
+        with raw:
+            response = Response(raw, self._read_bounded(raw, where))
+        response.raise_for_status(where, missing_is_lost=missing_is_lost)
+        return response
+
+    def _read_bounded(self, raw: requests.Response, where: str) -> bytes:
+        limit = self.config.max_response_bytes
+        declared = raw.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise PermanentExtractorError(
+                f"{where}: response of {declared} bytes exceeds the {limit}-byte limit",
+                code=ErrorCode.INVALID_RESPONSE,
+                http_status=raw.status_code,
+            )
+        chunks, size = [], 0
+        try:
+            for chunk in raw.iter_content(chunk_size=65536):
+                size += len(chunk)
+                if size > limit:
+                    raise PermanentExtractorError(
+                        f"{where}: response exceeds the {limit}-byte limit",
+                        code=ErrorCode.INVALID_RESPONSE,
+                        http_status=raw.status_code,
+                    )
+                chunks.append(chunk)
+        except requests.RequestException as error:
+            raise TransientExtractorError(
+                f"{where}: response interrupted ({type(error).__name__})"
+            ) from None
+        return b"".join(chunks)
+
+
+class Response:
+    """A fully read, size-bounded HTTP answer."""
+
+    def __init__(self, raw: requests.Response, body: bytes) -> None:
+        self.status_code = raw.status_code
+        self.headers = raw.headers
+        self.body = body
+
+    @property
+    def retry_after(self) -> float | None:
+        return parse_retry_after(self.headers)
+
+    def json(self, where: str) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise TransientExtractorError(
+                f"{where}: answered HTTP {self.status_code} with a body that is not JSON "
+                f"({self.headers.get('Content-Type', 'no content type')})",
+                http_status=self.status_code,
+            ) from None
+
+    def json_object(self, where: str) -> dict[str, Any]:
+        data = self.json(where)
+        if not isinstance(data, dict):
+            raise TransientExtractorError(
+                f"{where}: expected a JSON object, got {type(data).__name__}",
+                http_status=self.status_code,
+            )
+        return data
+
+    def error_detail(self) -> tuple[str, str]:
+        """(code, message) from a JSON error body of either protocol, else from the text."""
+        try:
+            data = json.loads(self.body)
+        except ValueError:
+            data = None
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            return str(error.get("code", ""))[:100], str(error.get("message", ""))[:500]
+        text = self.body[:200].decode("utf-8", "replace").strip()
+        return "", " ".join(text.split())
+
+    def raise_for_status(self, where: str, *, missing_is_lost: bool) -> None:
+        status = self.status_code
+        if 200 <= status < 300:
+            return
+        remote_code, remote_message = self.error_detail()
+        message = f"{where}: HTTP {status}" + (f" {remote_message}" if remote_message else "")
+        if status in (408, 425, 429) or status >= 500:
+            raise TransientExtractorError(message, http_status=status, retry_after=self.retry_after)
+        if status == 404 and missing_is_lost:
+            raise ExternalJobLostError(message)
+        code = ErrorCode.EXTRACTOR_AUTH if status in (401, 403) else ErrorCode.REJECTED_BY_EXTRACTOR
+        raise PermanentExtractorError(
+            message, code=code, http_status=status, remote_code=remote_code
+        )
+
+
+def new_session(pool_size: int = 16) -> requests.Session:
+    """A pooled session; retries are ours (job counters and due_at), so urllib3's are off."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(
+        pool_connections=4, pool_maxsize=pool_size, max_retries=0
+    )
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def describe(method: str, url: str) -> str:
+    """`METHOD host/path` without the query string, which may carry tokens."""
+    parts = urlsplit(url)
+    return f"{method} {parts.netloc}{parts.path}"
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds to wait from `Retry-After` (delta-seconds or HTTP-date) or `retry-after-ms`."""
+    millis = headers.get("retry-after-ms") or headers.get("x-ms-retry-after-ms")
+    if millis:
+        try:
+            return _clamp(float(millis) / 1000)
+        except ValueError:
+            pass
+    value = (headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    try:
+        return _clamp(float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment is None or moment.tzinfo is None:
+        return None
+    return _clamp(moment.timestamp() - (time.time() if now is None else now))
+
+
+def _clamp(seconds: float) -> float | None:
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)

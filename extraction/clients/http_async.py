@@ -1,0 +1,113 @@
+"""The generic asynchronous job protocol (DESIGN §6), spoken by the bundled sandbox too.
+
+POST {base}/v1/extractions → 202 {"id", "status"}; GET {base}/v1/extractions/{id} → status;
+GET …/{id}/result → the result JSON; DELETE …/{id} → cancel.
+"""
+
+import json
+from typing import Any
+
+from extraction.clients.base import (
+    ExtractionOutput,
+    ExtractorClient,
+    PollResult,
+    RemoteStatus,
+    Submission,
+    SubmitRequest,
+    describe,
+)
+from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
+
+STATUS_WORDS = {
+    "queued": RemoteStatus.QUEUED,
+    "running": RemoteStatus.RUNNING,
+    "succeeded": RemoteStatus.SUCCEEDED,
+    "failed": RemoteStatus.FAILED,
+    "canceled": RemoteStatus.CANCELED,
+    "cancelled": RemoteStatus.CANCELED,
+}
+
+
+class HttpAsyncClient(ExtractorClient):
+    def _headers(self, **extra: str) -> dict[str, str]:
+        headers = {"Accept": "application/json", **extra}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        return headers
+
+    @property
+    def collection_url(self) -> str:
+        return self.config.base_url.rstrip("/") + "/v1/extractions"
+
+    def submit(self, request: SubmitRequest) -> Submission:
+        headers = self._headers()
+        if request.idempotency_key:
+            headers["Idempotency-Key"] = request.idempotency_key
+        options = dict(request.options)
+        if request.source_url:
+            kwargs: dict[str, Any] = {"json": {"url": request.source_url, "options": options}}
+        else:
+            kwargs = {
+                "files": {
+                    "file": (
+                        request.file_name or "document",
+                        request.content or b"",
+                        request.content_type or "application/octet-stream",
+                    )
+                },
+                "data": {"options": json.dumps(options)},
+            }
+        url = self.collection_url
+        response = self.request("POST", url, headers=headers, **kwargs)
+        body = response.json_object(describe("POST", url))
+        external_id = str(body.get("id") or "")
+        if not external_id:
+            raise TransientExtractorError(
+                f"{describe('POST', url)}: accepted without an id", http_status=202
+            )
+        return Submission(
+            external_id=external_id,
+            poll_url=f"{url}/{external_id}",
+            request_id=response.headers.get("X-Request-Id", ""),
+            retry_after=response.retry_after,
+        )
+
+    def poll(self, poll_url: str) -> PollResult:
+        response = self.request("GET", poll_url, headers=self._headers(), missing_is_lost=True)
+        body = response.json_object(describe("GET", poll_url))
+        raw_status = str(body.get("status", ""))
+        error = body.get("error") if isinstance(body.get("error"), dict) else {}
+        progress = body.get("progress")
+        return PollResult(
+            status=STATUS_WORDS.get(raw_status.lower(), RemoteStatus.UNKNOWN),
+            raw_status=raw_status,
+            progress=int(progress) if isinstance(progress, int | float) else None,
+            error_code=str(error.get("code", ""))[:100],
+            error_message=str(error.get("message", ""))[:1000],
+            retry_after=response.retry_after,
+            request_id=response.headers.get("X-Request-Id", ""),
+        )
+
+    def fetch_result(self, poll_url: str) -> ExtractionOutput:
+        url = poll_url + "/result"
+        response = self.request("GET", url, headers=self._headers(), missing_is_lost=True)
+        payload = response.json_object(describe("GET", url))
+        pages = payload.get("pages")
+        return ExtractionOutput(
+            payload=payload,
+            page_count=len(pages) if isinstance(pages, list) else None,
+            model_version=str(payload.get("model", ""))[:200],
+        )
+
+    def cancel(self, poll_url: str) -> None:
+        self.request("DELETE", poll_url, headers=self._headers(), missing_is_lost=True)
+
+    def check_connection(self) -> str:
+        url = self.collection_url + "/connection-check"
+        try:
+            self.request("GET", url, headers=self._headers(), missing_is_lost=True)
+        except PermanentExtractorError as error:
+            if error.code != ErrorCode.EXTERNAL_JOB_LOST:
+                raise
+        # A 404 for an id that does not exist proves the service answers and accepts our key.
+        return f"{describe('GET', self.collection_url)} answered"

@@ -1,0 +1,88 @@
+import os
+
+from django.core.management.base import BaseCommand, CommandError
+
+from extraction.sandbox.server import SandboxConfig, SandboxServer
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the bundled sandbox extractor (http_async protocol) with optional fault injection. "
+        "Every flag also reads a SANDBOX_* environment variable."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("SANDBOX_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("SANDBOX_PORT", 8765)))
+        parser.add_argument(
+            "--latency",
+            default=os.environ.get("SANDBOX_LATENCY", "0"),
+            help="Seconds an extraction takes: one number or a MIN,MAX range.",
+        )
+        for flag, help_text in (
+            ("transient-rate", "share of requests answered with a 502/503"),
+            ("throttle-rate", "share of requests answered with 429 and Retry-After"),
+            ("permanent-failure-rate", "share of extractions that end failed"),
+            ("lost-rate", "share of extractions forgotten at once (404 on poll)"),
+            ("slow-rate", "share of requests answered only after --slow-seconds"),
+        ):
+            env = "SANDBOX_" + flag.replace("-", "_").upper()
+            parser.add_argument(
+                f"--{flag}", type=float, default=env_float(env, 0.0), help=help_text
+            )
+        parser.add_argument(
+            "--throttle-retry-after",
+            type=float,
+            default=env_float("SANDBOX_THROTTLE_RETRY_AFTER", 1),
+        )
+        parser.add_argument(
+            "--slow-seconds", type=float, default=env_float("SANDBOX_SLOW_SECONDS", 5)
+        )
+        parser.add_argument(
+            "--poll-retry-after",
+            type=float,
+            default=env_float("SANDBOX_POLL_RETRY_AFTER", 0),
+            help="Retry-After (seconds) sent with every unfinished poll answer; 0 for none.",
+        )
+        parser.add_argument("--seed", type=int, default=None)
+
+    def handle(self, *args, **options):
+        try:
+            low, _, high = options["latency"].partition(",")
+            latency = (float(low), float(high or low))
+        except ValueError:
+            raise CommandError("--latency takes a number or MIN,MAX") from None
+        rates = (
+            "transient_rate",
+            "throttle_rate",
+            "permanent_failure_rate",
+            "lost_rate",
+            "slow_rate",
+        )
+        for name in rates:
+            if not 0 <= options[name] <= 1:
+                raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 1")
+        config = SandboxConfig(
+            latency_min=min(latency),
+            latency_max=max(latency),
+            throttle_retry_after=options["throttle_retry_after"],
+            slow_seconds=options["slow_seconds"],
+            poll_retry_after=options["poll_retry_after"],
+            api_key=os.environ.get("SANDBOX_API_KEY", ""),
+            seed=options["seed"],
+            **{name: options[name] for name in rates},
+        )
+        server = SandboxServer((options["host"], options["port"]), config)
+        host, port = server.server_address[:2]
+        self.stdout.write(f"Sandbox extractor listening on http://{host}:{port}", ending="\n")
+        self.stdout.flush()
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()

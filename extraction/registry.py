@@ -1,0 +1,42 @@
+"""Builds the client for an Extractor row: the one way `jobtracking` reaches an extractor."""
+
+import threading
+
+from django.conf import settings
+
+from extraction.clients.azure_di import AzureDocumentIntelligenceClient
+from extraction.clients.base import ClientConfig, ExtractorClient
+from extraction.clients.http_async import HttpAsyncClient
+from extraction.models import Adapter, Extractor
+
+ADAPTERS: dict[str, type[ExtractorClient]] = {
+    Adapter.AZURE_DI: AzureDocumentIntelligenceClient,
+    Adapter.HTTP_ASYNC: HttpAsyncClient,
+    Adapter.SANDBOX: HttpAsyncClient,
+}
+
+_clients: dict[int, tuple[ClientConfig, ExtractorClient]] = {}
+_lock = threading.Lock()
+
+
+def client_config(extractor: Extractor) -> ClientConfig:
+    return ClientConfig(
+        base_url=extractor.base_url,
+        model_id=extractor.model_id,
+        api_key=extractor.api_key(),
+        connect_timeout=min(5.0, extractor.request_timeout.total_seconds()),
+        read_timeout=extractor.request_timeout.total_seconds(),
+        max_response_bytes=settings.EXTRACTOR_MAX_RESPONSE_BYTES,
+    )
+
+
+def get_client(extractor: Extractor) -> ExtractorClient:
+    """The client for this extractor, reused (one pooled session per extractor) until its
+    configuration or key changes."""
+    config = client_config(extractor)
+    with _lock:
+        cached = _clients.get(extractor.pk)
+        if cached is None or cached[0] != config:
+            cached = (config, ADAPTERS[extractor.adapter](config))
+            _clients[extractor.pk] = cached
+        return cached[1]

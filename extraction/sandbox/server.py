@@ -1,0 +1,381 @@
+"""The bundled sandbox extractor: a threaded HTTP server speaking the http_async protocol.
+
+It really extracts (see `extract.py`) and injects faults on demand: latency, transient 5xx,
+429 with Retry-After, permanent failures, lost jobs, slow responses. It honours Idempotency-Key
+and keeps counters (submissions per key, poll times, polls that came before the Retry-After it
+gave) at `GET /_sandbox/stats`, so tests can prove what a client did. State lives in memory.
+"""
+
+import json
+import logging
+import random
+import re
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from email.parser import BytesParser
+from email.policy import HTTP
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import requests
+
+from extraction.sandbox.extract import (
+    CorruptDocumentError,
+    UnsupportedDocumentError,
+    extract,
+)
+
+logger = logging.getLogger(__name__)
+
+JOB_PATH = re.compile(r"^/v1/extractions/([\w-]+)(/result)?$")
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+EARLY_POLL_TOLERANCE = 0.05  # seconds of clock and scheduling slack
+
+
+@dataclass
+class SandboxConfig:
+    """Fault injection and behaviour. Rates are probabilities between 0 and 1."""
+
+    latency_min: float = 0.0
+    latency_max: float = 0.0
+    transient_rate: float = 0.0
+    throttle_rate: float = 0.0
+    throttle_retry_after: float = 1.0
+    permanent_failure_rate: float = 0.0
+    lost_rate: float = 0.0
+    slow_rate: float = 0.0
+    slow_seconds: float = 5.0
+    poll_retry_after: float = 0.0
+    api_key: str = field(default="", repr=False)
+    seed: int | None = None
+
+
+@dataclass
+class SandboxJob:
+    id: str
+    created: float
+    duration: float
+    result: dict[str, Any] | None
+    error: dict[str, str] | None
+    lost: bool = False
+    canceled: bool = False
+    idempotency_key: str = ""
+
+    def status(self, now: float) -> tuple[str, int]:
+        elapsed = now - self.created
+        if self.canceled:
+            return "canceled", 0
+        if elapsed >= self.duration:
+            return ("failed", 100) if self.error else ("succeeded", 100)
+        if elapsed < 0.2 * self.duration:
+            return "queued", 0
+        return "running", min(99, int(100 * elapsed / self.duration))
+
+
+class SandboxState:
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.lock = threading.Lock()
+        self.random = random.Random(config.seed)
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.jobs: dict[str, SandboxJob] = {}
+            self.job_by_key: dict[str, str] = {}
+            self.posts_by_key: Counter[str] = Counter()
+            self.created_by_key: Counter[str] = Counter()
+            self.polls: defaultdict[str, list[float]] = defaultdict(list)
+            self.not_before: dict[str, float] = {}
+            self.early_polls: list[dict[str, float | str]] = []
+            self.requests: Counter[str] = Counter()
+            self.faults: Counter[str] = Counter()
+
+    def chance(self, rate: float) -> bool:
+        with self.lock:
+            return rate > 0 and self.random.random() < rate
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "config": {k: v for k, v in asdict(self.config).items() if k != "api_key"},
+                "jobs": len(self.jobs),
+                "posts_by_key": dict(self.posts_by_key),
+                "created_by_key": dict(self.created_by_key),
+                "duplicate_keys": sorted(k for k, n in self.created_by_key.items() if n > 1),
+                "polls": {job_id: list(times) for job_id, times in self.polls.items()},
+                "early_polls": list(self.early_polls),
+                "requests": dict(self.requests),
+                "faults": dict(self.faults),
+            }
+
+
+class SandboxHandler(BaseHTTPRequestHandler):
+    server: "SandboxServer"
+    protocol_version = "HTTP/1.1"
+    server_version = "SandboxExtractor/1.0"
+
+    @property
+    def state(self) -> SandboxState:
+        return self.server.state
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s %s", self.address_string(), format % args)
+
+    # Responses
+
+    def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_error_json(self, status: int, code: str, message: str, **headers: str) -> None:
+        self.send_json(status, {"error": {"code": code, "message": message}}, headers)
+
+    def send_html(self, status: int, text: str) -> None:
+        data = f"<html><body><h1>{status}</h1><p>{text}</p></body></html>".encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    # Routing
+
+    def do_GET(self) -> None:
+        if self.path == "/_sandbox/stats":
+            return self.send_json(200, self.state.stats())
+        if self.path == "/healthz":
+            return self.send_json(200, {"ok": True})
+        self.route("GET")
+
+    def do_POST(self) -> None:
+        if self.path == "/_sandbox/reset":
+            self.state.reset()
+            return self.send_json(200, {"ok": True})
+        if self.path == "/_sandbox/config":
+            return self.configure()
+        self.route("POST")
+
+    def do_DELETE(self) -> None:
+        self.route("DELETE")
+
+    def route(self, method: str) -> None:
+        body = self.read_body()
+        if body is None:
+            return
+        with self.state.lock:
+            self.state.requests[method] += 1
+        if not self.authorized():
+            return self.send_error_json(401, "unauthorized", "Missing or wrong bearer token.")
+        if self.injected_fault():
+            return
+        match = JOB_PATH.match(self.path)
+        if method == "POST" and self.path == "/v1/extractions":
+            return self.create(body)
+        if match and method == "GET" and match.group(2):
+            return self.result(match.group(1))
+        if match and method == "GET":
+            return self.poll(match.group(1))
+        if match and method == "DELETE" and not match.group(2):
+            return self.cancel(match.group(1))
+        self.send_error_json(404, "not_found", f"No route for {method} {self.path}.")
+
+    def configure(self) -> None:
+        """Change fault settings at run time (tests reuse one sandbox process)."""
+        try:
+            changes = json.loads(self.read_body() or b"{}")
+            config = replace(self.state.config, **changes)
+        except (TypeError, ValueError) as error:
+            return self.send_error_json(400, "bad_config", str(error))
+        self.state.config = config
+        self.send_json(200, {"ok": True})
+
+    def read_body(self) -> bytes | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_UPLOAD_BYTES:
+            self.close_connection = True
+            self.send_error_json(413, "too_large", "The document is too large.")
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def authorized(self) -> bool:
+        key = self.state.config.api_key
+        return not key or self.headers.get("Authorization", "") == f"Bearer {key}"
+
+    def injected_fault(self) -> bool:
+        """Slow, throttled or failing answers, chosen at random per request."""
+        config = self.state.config
+        if self.state.chance(config.slow_rate):
+            self.count_fault("slow")
+            time.sleep(config.slow_seconds)
+        if self.state.chance(config.throttle_rate):
+            self.count_fault("throttled")
+            self.send_error_json(
+                429,
+                "too_many_requests",
+                "Rate limit exceeded.",
+                **{"Retry-After": f"{config.throttle_retry_after:g}"},
+            )
+            return True
+        if self.state.chance(config.transient_rate):
+            self.count_fault("transient")
+            # Alternate the two shapes real outages take: a proxy's HTML page and a JSON error.
+            if self.state.chance(0.5):
+                self.send_html(502, "Bad gateway")
+            else:
+                self.send_error_json(503, "unavailable", "Temporarily unavailable.")
+            return True
+        return False
+
+    def count_fault(self, name: str) -> None:
+        with self.state.lock:
+            self.state.faults[name] += 1
+
+    # Protocol
+
+    def create(self, body: bytes) -> None:
+        key = self.headers.get("Idempotency-Key", "")
+        with self.state.lock:
+            if key:
+                self.state.posts_by_key[key] += 1
+                existing = self.state.job_by_key.get(key)
+                if existing:
+                    return self.send_json(200, {"id": existing, "status": "queued"})
+        try:
+            content, file_name, content_type, options = self.document(body)
+        except ValueError as error:
+            return self.send_error_json(400, "bad_request", str(error))
+        try:
+            result, error = extract(content, file_name, content_type), None
+        except UnsupportedDocumentError as unsupported:
+            return self.send_error_json(415, "unsupported_media_type", str(unsupported))
+        except CorruptDocumentError as corrupt:
+            result, error = None, {"code": "corrupt_document", "message": str(corrupt)}
+        config = self.state.config
+        if error is None and self.state.chance(config.permanent_failure_rate):
+            self.count_fault("permanent_failure")
+            result, error = None, {"code": "extraction_failed", "message": "Injected failure."}
+        with self.state.lock:
+            if key and key in self.state.job_by_key:  # a concurrent twin won the race
+                return self.send_json(200, {"id": self.state.job_by_key[key], "status": "queued"})
+            job = SandboxJob(
+                id=str(uuid.uuid4()),
+                created=time.time(),
+                duration=self.state.random.uniform(config.latency_min, config.latency_max),
+                result=result,
+                error=error,
+                lost=config.lost_rate > 0 and self.state.random.random() < config.lost_rate,
+                idempotency_key=key,
+            )
+            self.state.jobs[job.id] = job
+            if key:
+                self.state.job_by_key[key] = job.id
+                self.state.created_by_key[key] += 1
+        self.send_json(202, {"id": job.id, "status": "queued", "options": options})
+
+    def document(self, body: bytes) -> tuple[bytes, str, str, dict[str, Any]]:
+        content_type = self.headers.get("Content-Type", "")
+        if content_type.startswith("multipart/form-data"):
+            message = BytesParser(policy=HTTP).parsebytes(
+                f"Content-Type: {content_type}\r\n\r\n".encode() + body
+            )
+            parts = {
+                part.get_param("name", header="content-disposition"): part
+                for part in message.iter_parts()
+            }
+            if "file" not in parts:
+                raise ValueError("The multipart body has no 'file' part.")
+            upload = parts["file"]
+            options = json.loads(parts["options"].get_content()) if "options" in parts else {}
+            return (
+                upload.get_payload(decode=True) or b"",
+                upload.get_filename() or "",
+                upload.get_content_type(),
+                options,
+            )
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError:
+            raise ValueError("The body is not JSON.") from None
+        url = data.get("url") if isinstance(data, dict) else None
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError("Give a multipart 'file' or a JSON 'url'.")
+        try:
+            fetched = requests.get(url, timeout=(5, 30))
+            fetched.raise_for_status()
+        except requests.RequestException as error:
+            raise ValueError(f"Cannot fetch the document: {type(error).__name__}") from None
+        name = url.rsplit("/", 1)[-1].split("?", 1)[0]
+        return (
+            fetched.content,
+            name,
+            fetched.headers.get("Content-Type", ""),
+            data.get("options") or {},
+        )
+
+    def find(self, job_id: str) -> SandboxJob | None:
+        with self.state.lock:
+            job = self.state.jobs.get(job_id)
+        if job is None or job.lost:
+            self.send_error_json(404, "not_found", f"No extraction {job_id}.")
+            return None
+        return job
+
+    def poll(self, job_id: str) -> None:
+        now = time.time()
+        with self.state.lock:
+            self.state.polls[job_id].append(now)
+            not_before = self.state.not_before.get(job_id)
+            if not_before is not None and now < not_before - EARLY_POLL_TOLERANCE:
+                self.state.early_polls.append({"job": job_id, "at": now, "not_before": not_before})
+        job = self.find(job_id)
+        if job is None:
+            return
+        status, progress = job.status(now)
+        body: dict[str, Any] = {"id": job.id, "status": status, "progress": progress}
+        headers = {}
+        if status == "failed":
+            body["error"] = job.error
+        if status in ("queued", "running") and self.state.config.poll_retry_after:
+            wait = self.state.config.poll_retry_after
+            headers["Retry-After"] = f"{wait:g}"
+            with self.state.lock:
+                self.state.not_before[job_id] = now + wait
+        self.send_json(200, body, headers)
+
+    def result(self, job_id: str) -> None:
+        job = self.find(job_id)
+        if job is None:
+            return
+        status, _ = job.status(time.time())
+        if status != "succeeded":
+            return self.send_error_json(409, "not_ready", f"The extraction is {status}.")
+        self.send_json(200, job.result)
+
+    def cancel(self, job_id: str) -> None:
+        job = self.find(job_id)
+        if job is None:
+            return
+        with self.state.lock:
+            job.canceled = True
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class SandboxServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], config: SandboxConfig) -> None:
+        super().__init__(address, SandboxHandler)
+        self.state = SandboxState(config)
