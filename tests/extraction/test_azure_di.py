@@ -1,0 +1,228 @@
+"""The azure_di adapter replaying the service's published response shapes from a local server."""
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from werkzeug import Response
+
+from extraction.clients.azure_di import AzureDocumentIntelligenceClient
+from extraction.clients.base import ClientConfig, RemoteStatus, SubmitRequest
+from extraction.errors import (
+    ErrorCode,
+    ExternalJobLostError,
+    PermanentExtractorError,
+    TransientExtractorError,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "azure_di"
+ANALYZE = "/documentintelligence/documentModels/prebuilt-layout:analyze"
+RESULT = (
+    "/documentintelligence/documentModels/prebuilt-layout/analyzeResults/"
+    "3b31320d-8bab-4f88-b19c-2322a7f11034"
+)
+KEY = "azure-key-0123456789abcdef"
+
+
+def replay(name: str, server) -> Response:
+    recorded = json.loads((FIXTURES / f"{name}.json").read_text())
+    headers = {
+        k: v.replace("{server}", server.url_for("").rstrip("/"))
+        for k, v in recorded["headers"].items()
+    }
+    body = json.dumps(recorded["body"]) if recorded["body"] is not None else ""
+    if body:
+        headers["Content-Type"] = "application/json; charset=utf-8"
+    return Response(body, status=recorded["status"], headers=headers)
+
+
+@pytest.fixture
+def client(httpserver) -> AzureDocumentIntelligenceClient:
+    config = ClientConfig(base_url=httpserver.url_for("/"), model_id="prebuilt-layout", api_key=KEY)
+    return AzureDocumentIntelligenceClient(config)
+
+
+def submitted(client, httpserver):
+    httpserver.expect_oneshot_request(ANALYZE, method="POST").respond_with_response(
+        replay("analyze_accepted", httpserver)
+    )
+    return client.submit(
+        SubmitRequest(file_name="a.pdf", source_url="https://files.example.org/a.pdf")
+    )
+
+
+def test_azure_submit_sends_url_source_options_and_key(client, httpserver):
+    httpserver.expect_oneshot_request(
+        ANALYZE,
+        method="POST",
+        query_string={
+            "api-version": "2024-11-30",
+            "pages": "1-2,4",
+            "locale": "en-US",
+            "features": "keyValuePairs,queryFields",
+            "outputContentFormat": "markdown",
+        },
+        headers={"Ocp-Apim-Subscription-Key": KEY},
+        json={"urlSource": "https://files.example.org/a.pdf"},
+    ).respond_with_response(replay("analyze_accepted", httpserver))
+
+    submission = client.submit(
+        SubmitRequest(
+            file_name="a.pdf",
+            source_url="https://files.example.org/a.pdf",
+            options={
+                "pages": "1-2,4",
+                "locale": "en-US",
+                "features": ["keyValuePairs", "queryFields"],
+                "output_content_format": "markdown",
+            },
+        )
+    )
+
+    assert submission.external_id == "3b31320d-8bab-4f88-b19c-2322a7f11034"
+    assert submission.poll_url == httpserver.url_for(RESULT) + "?api-version=2024-11-30"
+    assert submission.request_id == "3b31320d-8bab-4f88-b19c-2322a7f11034"
+    # The 202 carries no Retry-After: the caller falls back to the extractor's interval.
+    assert submission.retry_after is None
+    httpserver.check_assertions()
+
+
+def test_azure_submit_sends_uploaded_bytes_as_base64(client, httpserver):
+    httpserver.expect_oneshot_request(
+        ANALYZE, method="POST", json={"base64Source": base64.b64encode(b"%PDF-1.4 doc").decode()}
+    ).respond_with_response(replay("analyze_accepted", httpserver))
+    submission = client.submit(SubmitRequest(file_name="a.pdf", content=b"%PDF-1.4 doc"))
+    assert submission.external_id
+    httpserver.check_assertions()
+
+
+@pytest.mark.parametrize(
+    ("fixture", "status", "raw"),
+    [
+        ("result_notstarted", RemoteStatus.QUEUED, "notStarted"),
+        ("result_running", RemoteStatus.RUNNING, "running"),
+        ("result_canceled", RemoteStatus.CANCELED, "canceled"),
+        ("result_skipped", RemoteStatus.FAILED, "skipped"),
+        ("result_completed_unknown", RemoteStatus.UNKNOWN, "completed"),
+    ],
+)
+def test_azure_poll_maps_every_status_word(client, httpserver, fixture, status, raw):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(RESULT, method="GET").respond_with_response(
+        replay(fixture, httpserver)
+    )
+    result = client.poll(submission.poll_url)
+    assert (result.status, result.raw_status, result.output) == (status, raw, None)
+
+
+def test_azure_poll_running_reports_retry_after(client, httpserver):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(RESULT).respond_with_response(
+        replay("result_running", httpserver)
+    )
+    assert client.poll(submission.poll_url).retry_after == 2
+
+
+def test_azure_poll_succeeded_carries_the_analyze_result(client, httpserver):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(
+        RESULT,
+        query_string={"api-version": "2024-11-30"},
+        headers={"Ocp-Apim-Subscription-Key": KEY},
+    ).respond_with_response(replay("result_succeeded", httpserver))
+    result = client.poll(submission.poll_url)
+    assert result.status is RemoteStatus.SUCCEEDED
+    assert result.output.page_count == 2
+    assert result.output.model_version == "prebuilt-layout/2024-11-30"
+    assert result.output.payload["content"].startswith("Riverbend")
+    assert result.request_id == "3b31320d-8bab-4f88-b19c-2322a7f11034"
+
+
+def test_azure_failed_analysis_is_a_200_with_the_inner_error(client, httpserver):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(RESULT).respond_with_response(
+        replay("result_failed", httpserver)
+    )
+    result = client.poll(submission.poll_url)
+    assert result.status is RemoteStatus.FAILED
+    assert result.error_code == "InvalidContent"
+    assert "corrupted" in result.error_message
+
+
+def test_azure_fetch_result_reads_the_analyze_result(client, httpserver):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(RESULT).respond_with_response(
+        replay("result_succeeded", httpserver)
+    )
+    assert client.fetch_result(submission.poll_url).page_count == 2
+
+
+def test_azure_fetch_result_before_success_is_transient(client, httpserver):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(RESULT).respond_with_response(
+        replay("result_running", httpserver)
+    )
+    with pytest.raises(TransientExtractorError, match="no analyzeResult"):
+        client.fetch_result(submission.poll_url)
+
+
+def test_azure_cancel_deletes_the_result(client, httpserver):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(
+        RESULT, method="DELETE", headers={"Ocp-Apim-Subscription-Key": KEY}
+    ).respond_with_response(replay("delete_result", httpserver))
+    client.cancel(submission.poll_url)
+    httpserver.check_assertions()
+
+
+@pytest.mark.parametrize(
+    ("fixture", "code"),
+    [
+        ("error_400_invalid_source", ErrorCode.REJECTED_BY_EXTRACTOR),
+        ("error_401", ErrorCode.EXTRACTOR_AUTH),
+        ("error_404_model", ErrorCode.REJECTED_BY_EXTRACTOR),
+    ],
+)
+def test_azure_submit_permanent_errors(client, httpserver, fixture, code):
+    httpserver.expect_oneshot_request(ANALYZE, method="POST").respond_with_response(
+        replay(fixture, httpserver)
+    )
+    with pytest.raises(PermanentExtractorError) as caught:
+        client.submit(
+            SubmitRequest(file_name="a.pdf", source_url="https://files.example.org/a.pdf")
+        )
+    assert caught.value.code == code
+    assert KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "retry_after"),
+    [("error_429", 3.0), ("error_429_no_retry_after", None), ("error_503", 10.0)],
+)
+def test_azure_throttling_and_outages_are_transient(client, httpserver, fixture, retry_after):
+    httpserver.expect_oneshot_request(ANALYZE, method="POST").respond_with_response(
+        replay(fixture, httpserver)
+    )
+    with pytest.raises(TransientExtractorError) as caught:
+        client.submit(
+            SubmitRequest(file_name="a.pdf", source_url="https://files.example.org/a.pdf")
+        )
+    assert caught.value.retry_after == retry_after
+
+
+def test_azure_poll_of_a_forgotten_result_is_external_job_lost(client, httpserver):
+    submission = submitted(client, httpserver)
+    httpserver.expect_oneshot_request(RESULT).respond_with_response(
+        replay("error_404_result", httpserver)
+    )
+    with pytest.raises(ExternalJobLostError):
+        client.poll(submission.poll_url)
+
+
+def test_azure_accepted_without_operation_location_is_transient(client, httpserver):
+    httpserver.expect_oneshot_request(ANALYZE, method="POST").respond_with_data("", status=202)
+    with pytest.raises(TransientExtractorError, match="Operation-Location"):
+        client.submit(
+            SubmitRequest(file_name="a.pdf", source_url="https://files.example.org/a.pdf")
+        )

@@ -1,0 +1,35 @@
+from datetime import timedelta
+
+from extraction.clients.azure_di import AzureDocumentIntelligenceClient
+from extraction.clients.http_async import HttpAsyncClient
+from extraction.models import Adapter, Extractor
+from extraction.registry import get_client
+
+
+def extractor(pk: int, adapter: str, **fields) -> Extractor:
+    return Extractor(pk=pk, slug=f"x{pk}", adapter=adapter, base_url="http://127.0.0.1:9", **fields)
+
+
+def test_get_client_builds_the_adapter_for_each_protocol():
+    assert isinstance(get_client(extractor(1, Adapter.AZURE_DI)), AzureDocumentIntelligenceClient)
+    assert isinstance(get_client(extractor(2, Adapter.HTTP_ASYNC)), HttpAsyncClient)
+    assert isinstance(get_client(extractor(3, Adapter.SANDBOX)), HttpAsyncClient)
+
+
+def test_get_client_reuses_one_session_until_the_configuration_changes(monkeypatch):
+    monkeypatch.setenv("REGISTRY_TEST_KEY", "first-key")
+    row = extractor(10, Adapter.HTTP_ASYNC, api_key_env="REGISTRY_TEST_KEY")
+    first = get_client(row)
+    assert get_client(row) is first
+    assert first.config.api_key == "first-key"
+
+    monkeypatch.setenv("REGISTRY_TEST_KEY", "rotated-key")
+    rotated = get_client(row)
+    assert rotated is not first and rotated.config.api_key == "rotated-key"
+
+    row.request_timeout = timedelta(seconds=3)
+    assert get_client(row).config.read_timeout == 3
+
+
+def test_extractor_without_key_variable_sends_no_key(monkeypatch):
+    assert get_client(extractor(20, Adapter.HTTP_ASYNC)).config.api_key == ""
