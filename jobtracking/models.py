@@ -82,6 +82,9 @@ class ExtractionJob(models.Model):
     remote_expires_at = models.DateTimeField(null=True, blank=True)
 
     due_at = models.DateTimeField(null=True, blank=True)
+    # Set when the job is handed to a task; the task clears it, so a duplicate copy of the task
+    # (django-q2 delivers at least once) finds nothing to do.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
 
@@ -307,3 +310,18 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"event {self.event_id} → {self.subscription_id} ({self.state})"
+
+
+class ServiceHeartbeat(models.Model):
+    """The last sign of life of a long-running process (dispatcher, worker cluster)."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    kind = models.CharField(max_length=20)
+    beat_at = models.DateTimeField()
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["kind", "-beat_at"], name="heartbeat_kind_idx")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -7,9 +7,12 @@ and a cancel): the second one sees the first one's status and is refused.
 """
 
 import getpass
+import hashlib
 import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -17,15 +20,19 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files import File
+from django.core.files.base import ContentFile
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
+from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.errors import (
     ActiveJobExistsError,
     ExtractorDisabledError,
     ForceRequiredError,
+    InFlightLimitError,
     InvalidTransitionError,
     JobMovedOnError,
     JobNotFoundError,
@@ -35,9 +42,11 @@ from jobtracking.events import job_event_payload
 from jobtracking.models import (
     ActorType,
     ExtractionJob,
+    ExtractionResult,
     JobEvent,
     JobStatusChange,
 )
+from jobtracking.queue import enqueue_cancel_at_extractor, enqueue_process
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,15 @@ def _record(
         JobEvent.objects.create(
             job=job, type=event_type, payload=job_event_payload(job), created_at=job.updated_at
         )
+
+
+def _claimed(now) -> dict[str, Any]:
+    """Fields of a job handed to a task right now: the dispatcher leaves it alone for a lease,
+    after which it is due again in case the task was lost."""
+    return {
+        "claimed_at": now,
+        "due_at": now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS),
+    }
 
 
 def _json_size(value: Any) -> int:
@@ -171,8 +189,8 @@ def job_create(
         requested_by=actor.user,
         idempotency_key=idempotency_key,
         created_at=now,
-        due_at=now,
         deadline_at=now + extractor.max_duration,
+        **_claimed(now),
     )
     if upload is not None:
         job.upload.save(upload.name or file_name or "upload", upload, save=False)
@@ -180,6 +198,7 @@ def job_create(
         with transaction.atomic():
             job.save(force_insert=True)
             _record(job, from_status=None, actor=actor, reason=reason, details=None)
+            transaction.on_commit(partial(enqueue_process, job.id))
     except IntegrityError:
         if error := _active_job_error(extractor, file_id):
             raise error from None
@@ -236,8 +255,7 @@ def job_transition(
         if prepare is not None:
             prepare(job)
         if to_status in states.TERMINAL:
-            job.due_at = None
-            job.lease_expires_at = None
+            job.due_at = job.claimed_at = job.lease_expires_at = None
             job.completed_at = now
         elif to_status == states.SUBMITTED:
             job.submitted_at = job.submitted_at or now
@@ -270,8 +288,9 @@ def _reset_for_new_attempt(job: ExtractionJob) -> None:
     job.remote_expires_at = job.lease_expires_at = None
     job.error_code = job.error_message = ""
     job.submitted_at = job.started_at = job.completed_at = None
-    job.due_at = now
     job.deadline_at = now + job.extractor.max_duration
+    for name, value in _claimed(now).items():
+        setattr(job, name, value)
 
 
 def job_requeue(
@@ -293,9 +312,343 @@ def job_requeue(
         reason=reason,
         force=force,
         prepare=prepare,
+        on_commit=partial(enqueue_process, job_id),
     )
 
 
+def _cancel_remote_on_commit(job: ExtractionJob) -> None:
+    """Ask the extractor to drop the job too (best effort) once our change has committed."""
+    if job.external_url:
+        transaction.on_commit(partial(enqueue_cancel_at_extractor, job.id))
+
+
 def job_cancel(*, job_id: UUID | str, actor: Actor, reason: str = "") -> ExtractionJob:
-    """Cancel an active job. Refused (`InvalidTransitionError`) once the job is terminal."""
-    return job_transition(job_id=job_id, to_status=states.CANCELLED, actor=actor, reason=reason)
+    """Cancel an active job, and the extractor's copy of it (best effort, after commit).
+    Refused (`InvalidTransitionError`) once the job is terminal."""
+    with transaction.atomic():
+        job = job_transition(job_id=job_id, to_status=states.CANCELLED, actor=actor, reason=reason)
+        _cancel_remote_on_commit(job)
+    return job
+
+
+# The worker's moves. Each runs after an extractor call (never around one) and names the status
+# the worker last saw, so a job that was cancelled or taken over meanwhile refuses the change.
+
+SYSTEM = Actor.system()
+IN_FLIGHT = (states.SUBMITTING, states.SUBMITTED, states.PROCESSING)
+
+
+def job_consume_claim(*, job_id: UUID | str) -> bool:
+    """Take the claim a dispatch (or creation) put on the job. Exactly one copy of a task
+    wins it; a redelivered copy finds no claim and must do nothing."""
+    return (
+        ExtractionJob.objects.filter(pk=job_id, claimed_at__isnull=False).update(claimed_at=None)
+        == 1
+    )
+
+
+def job_defer(*, job_id: UUID | str, status: str, delay: timedelta) -> None:
+    """Look at the job again after `delay` (no status change, so no audit row)."""
+    ExtractionJob.objects.filter(pk=job_id, status=status).update(
+        due_at=timezone.now() + delay, updated_at=timezone.now()
+    )
+
+
+def _check_lease(job: ExtractionJob, lease_token: int) -> None:
+    # The lease token is the submit attempt number that took the lease: if the lease expired and
+    # another worker took a new one, this worker's result is no longer wanted.
+    if job.submit_attempts != lease_token:
+        raise JobMovedOnError(f"Job {job.id} lease {lease_token} was taken over.")
+
+
+def job_take_lease(*, job_id: UUID | str) -> ExtractionJob:
+    """pending → submitting: the worker may now call the extractor. The lease (and `due_at`)
+    end after the extractor's request timeout plus a margin; then the job is handed back.
+    Raises `InFlightLimitError` when the extractor's `max_in_flight` is reached."""
+
+    def prepare(job: ExtractionJob) -> None:
+        extractor = job.extractor
+        if extractor.max_in_flight:
+            # Lock the extractor row so that concurrent workers count one at a time.
+            Extractor.objects.select_for_update().filter(pk=extractor.pk).first()
+            running = ExtractionJob.objects.filter(extractor=extractor, status__in=IN_FLIGHT)
+            if running.count() >= extractor.max_in_flight:
+                raise InFlightLimitError(
+                    f"{extractor.slug} has {extractor.max_in_flight} in flight."
+                )
+        now = timezone.now()
+        job.submit_attempts += 1
+        job.lease_expires_at = job.due_at = (
+            now
+            + extractor.request_timeout
+            + timedelta(seconds=settings.JOBS_SUBMIT_LEASE_MARGIN_SECONDS)
+        )
+
+    return job_transition(
+        job_id=job_id,
+        to_status=states.SUBMITTING,
+        actor=SYSTEM,
+        expected_from={states.PENDING},
+        prepare=prepare,
+    )
+
+
+def job_hand_back_expired_lease(*, job_id: UUID | str) -> ExtractionJob:
+    """submitting → pending after the lease expired (the worker died or hung). The next
+    submission reuses the idempotency key of this attempt; the history says so."""
+
+    def prepare(job: ExtractionJob) -> None:
+        if job.lease_expires_at and job.lease_expires_at > timezone.now():
+            raise JobMovedOnError(f"Job {job.id} still holds a live lease.")
+        job.lease_expires_at = None
+        job.due_at = timezone.now()
+
+    return job_transition(
+        job_id=job_id,
+        to_status=states.PENDING,
+        actor=SYSTEM,
+        reason="Submission lease expired; the job will be submitted again with the same "
+        "idempotency key.",
+        details={"resubmission": True},
+        expected_from={states.SUBMITTING},
+        prepare=prepare,
+    )
+
+
+def job_mark_submitted(
+    *,
+    job_id: UUID | str,
+    lease_token: int,
+    external_job_id: str,
+    external_url: str,
+    request_id: str,
+    first_poll_in: timedelta,
+    remote_ttl: timedelta | None,
+) -> ExtractionJob:
+    """submitting → submitted: the extractor accepted the job. Its poll location is stored in
+    this same transaction, so polling resumes after any restart."""
+
+    def prepare(job: ExtractionJob) -> None:
+        _check_lease(job, lease_token)
+        now = timezone.now()
+        job.external_job_id = external_job_id[:255]
+        job.external_url = external_url[:2000]
+        job.external_request_id = request_id[:100]
+        job.lease_expires_at = None
+        job.due_at = now + first_poll_in
+        job.remote_expires_at = now + remote_ttl if remote_ttl else None
+
+    return job_transition(
+        job_id=job_id,
+        to_status=states.SUBMITTED,
+        actor=SYSTEM,
+        details={"external_job_id": external_job_id, "request_id": request_id},
+        expected_from={states.SUBMITTING},
+        prepare=prepare,
+    )
+
+
+def job_retry_submission(
+    *, job_id: UUID | str, lease_token: int, error: str, http_status: int | None, delay: timedelta
+) -> ExtractionJob:
+    """submitting → pending after a transient fault, to try again after `delay`; → failed
+    (`extractor_unavailable`) once the extractor's `max_submit_attempts` are spent."""
+    job = ExtractionJob.objects.select_related("extractor").get(pk=job_id)
+    details = {"error": error, "http_status": http_status, "submit_attempts": job.submit_attempts}
+    if job.submit_attempts >= job.extractor.max_submit_attempts:
+        return job_fail(
+            job_id=job_id,
+            expected_from={states.SUBMITTING},
+            code=ErrorCode.EXTRACTOR_UNAVAILABLE,
+            message=f"Gave up after {job.submit_attempts} submission attempts: {error}",
+            details=details,
+            lease_token=lease_token,
+        )
+
+    def prepare(job: ExtractionJob) -> None:
+        _check_lease(job, lease_token)
+        job.lease_expires_at = None
+        job.due_at = timezone.now() + delay
+
+    return job_transition(
+        job_id=job_id,
+        to_status=states.PENDING,
+        actor=SYSTEM,
+        reason=f"Transient fault; retrying in {delay.total_seconds():.1f}s",
+        details=details,
+        expected_from={states.SUBMITTING},
+        prepare=prepare,
+    )
+
+
+def job_fail(
+    *,
+    job_id: UUID | str,
+    expected_from: Collection[str],
+    code: ErrorCode,
+    message: str,
+    details: dict[str, Any] | None = None,
+    lease_token: int | None = None,
+) -> ExtractionJob:
+    """→ failed with an error code from the fixed vocabulary."""
+
+    def prepare(job: ExtractionJob) -> None:
+        if lease_token is not None:
+            _check_lease(job, lease_token)
+        job.error_code = code
+        job.error_message = message[:2000]
+
+    return job_transition(
+        job_id=job_id,
+        to_status=states.FAILED,
+        actor=SYSTEM,
+        reason=message[:500],
+        details={"error_code": code, **(details or {})},
+        expected_from=expected_from,
+        prepare=prepare,
+    )
+
+
+def job_time_out(*, job_id: UUID | str) -> ExtractionJob:
+    """→ timed_out once the deadline has passed; the extractor is asked to cancel."""
+
+    def prepare(job: ExtractionJob) -> None:
+        if job.deadline_at is None or job.deadline_at > timezone.now():
+            raise JobMovedOnError(f"Job {job.id} has not reached its deadline.")
+        job.error_code = ErrorCode.DEADLINE_EXCEEDED
+        job.error_message = f"Not finished by its deadline {job.deadline_at.isoformat()}."
+
+    with transaction.atomic():
+        job = job_transition(
+            job_id=job_id,
+            to_status=states.TIMED_OUT,
+            actor=SYSTEM,
+            reason="Deadline passed",
+            expected_from=states.ACTIVE,
+            prepare=prepare,
+        )
+        _cancel_remote_on_commit(job)
+    return job
+
+
+def job_record_poll(
+    *,
+    job: ExtractionJob,
+    raw_status: str,
+    progress: int | None,
+    next_poll_in: timedelta,
+) -> bool:
+    """A poll that changed no status: count it, keep the extractor's word and progress, reset
+    the error count, schedule the next one. False if the job moved on meanwhile."""
+    now = timezone.now()
+    changes: dict[str, Any] = {
+        "poll_count": F("poll_count") + 1,
+        "poll_error_count": 0,
+        "external_status": raw_status[:50],
+        "due_at": now + next_poll_in,
+        "updated_at": now,
+    }
+    if progress is not None:
+        changes["progress"] = max(0, min(100, progress))
+    return ExtractionJob.objects.filter(pk=job.pk, status=job.status_id).update(**changes) == 1
+
+
+def job_record_poll_error(
+    *, job: ExtractionJob, error: str, http_status: int | None, next_poll_in: timedelta
+) -> None:
+    """A transient poll fault: count it and poll again later; past the extractor's
+    `max_poll_errors` the job fails with `extractor_unavailable`."""
+    if job.poll_error_count + 1 >= job.extractor.max_poll_errors:
+        job_fail(
+            job_id=job.pk,
+            expected_from={job.status_id},
+            code=ErrorCode.EXTRACTOR_UNAVAILABLE,
+            message=f"Gave up after {job.poll_error_count + 1} failed polls: {error}",
+            details={"error": error, "http_status": http_status},
+        )
+        return
+    now = timezone.now()
+    ExtractionJob.objects.filter(pk=job.pk, status=job.status_id).update(
+        poll_error_count=F("poll_error_count") + 1, due_at=now + next_poll_in, updated_at=now
+    )
+
+
+def job_mark_processing(
+    *, job_id: UUID | str, raw_status: str, progress: int | None, next_poll_in: timedelta
+) -> ExtractionJob:
+    """submitted → processing: the extractor reports the job running."""
+
+    def prepare(job: ExtractionJob) -> None:
+        job.poll_count += 1
+        job.poll_error_count = 0
+        job.external_status = raw_status[:50]
+        job.progress = max(0, min(100, progress or 0))
+        job.due_at = timezone.now() + next_poll_in
+
+    return job_transition(
+        job_id=job_id,
+        to_status=states.PROCESSING,
+        actor=SYSTEM,
+        details={"external_status": raw_status, "progress": progress},
+        expected_from={states.SUBMITTED},
+        prepare=prepare,
+    )
+
+
+def job_mark_succeeded(
+    *,
+    job_id: UUID | str,
+    raw_status: str,
+    payload: dict[str, Any],
+    page_count: int | None,
+    model_version: str,
+) -> ExtractionJob:
+    """submitted/processing → succeeded, storing the result in the same transaction: inline JSON
+    up to `JOBS_RESULT_INLINE_MAX_BYTES`, otherwise a file in Django storage."""
+    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    digest = hashlib.sha256(body).hexdigest()
+    inline = len(body) <= settings.JOBS_RESULT_INLINE_MAX_BYTES
+
+    def prepare(job: ExtractionJob) -> None:
+        job.poll_count += 1
+        job.poll_error_count = 0
+        job.external_status = raw_status[:50]
+        job.progress = 100
+
+    with transaction.atomic():
+        job = job_transition(
+            job_id=job_id,
+            to_status=states.SUCCEEDED,
+            actor=SYSTEM,
+            details={"external_status": raw_status, "result_bytes": len(body)},
+            expected_from={states.SUBMITTED, states.PROCESSING},
+            prepare=prepare,
+        )
+        result = ExtractionResult(
+            job=job,
+            attempt=job.attempt,
+            payload=payload if inline else None,
+            content_sha256=digest,
+            size_bytes=len(body),
+            page_count=page_count,
+            model_version=model_version[:200],
+        )
+        if not inline:
+            # Written inside the transaction so that a failed commit leaves no result row; an
+            # orphaned file is harmless and named after the job and attempt.
+            result.payload_file.save(f"{job.id}-{job.attempt}.json", ContentFile(body), save=False)
+        result.save()
+    return job
+
+
+def job_mark_cancelled_by_extractor(
+    *, job_id: UUID | str, expected_from: Collection[str], raw_status: str
+) -> ExtractionJob:
+    return job_transition(
+        job_id=job_id,
+        to_status=states.CANCELLED,
+        actor=SYSTEM,
+        reason="Cancelled by the extractor",
+        details={"external_status": raw_status},
+        expected_from=expected_from,
+    )

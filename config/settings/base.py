@@ -149,3 +149,12 @@ LOGGING = {
 
 # Extractor calls: an answer larger than this is refused (results included).
 EXTRACTOR_MAX_RESPONSE_BYTES = int(os.environ.get("EXTRACTOR_MAX_RESPONSE_BYTES", str(64 << 20)))
+
+# Job engine. A dispatched job's due_at moves this far ahead, so a lost task is retried after it.
+JOBS_DISPATCH_LEASE_SECONDS = float(os.environ.get("JOBS_DISPATCH_LEASE_SECONDS", "30"))
+JOBS_DISPATCH_BATCH_SIZE = int(os.environ.get("JOBS_DISPATCH_BATCH_SIZE", "200"))
+JOBS_DISPATCH_IDLE_SECONDS = float(os.environ.get("JOBS_DISPATCH_IDLE_SECONDS", "0.5"))
+# A submission lease lasts the extractor's request timeout plus this margin.
+JOBS_SUBMIT_LEASE_MARGIN_SECONDS = float(os.environ.get("JOBS_SUBMIT_LEASE_MARGIN_SECONDS", "30"))
+# When an extractor's max_in_flight is reached, a pending job looks again after this long.
+JOBS_IN_FLIGHT_RETRY_SECONDS = float(os.environ.get("JOBS_IN_FLIGHT_RETRY_SECONDS", "1"))

@@ -6,6 +6,7 @@ A failed analysis is a 200 whose status is "failed". Azure takes no idempotency 
 """
 
 import base64
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -54,6 +55,8 @@ def _query_value(value: Any) -> str:
 
 
 class AzureDocumentIntelligenceClient(ExtractorClient):
+    result_ttl = timedelta(hours=24)
+
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         if self.config.api_key:

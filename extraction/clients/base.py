@@ -11,6 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -89,6 +90,9 @@ class PollResult:
 
 class ExtractorClient(ABC):
     """Submit, poll, fetch result, cancel. Raises only `extraction.errors.ExtractorError`s."""
+
+    # How long the extractor keeps a job's result; None when it does not say.
+    result_ttl: timedelta | None = None
 
     def __init__(self, config: ClientConfig, session: requests.Session | None = None) -> None:
         self.config = config
