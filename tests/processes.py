@@ -1,5 +1,6 @@
 """Real processes for tests: start a `manage.py` command, wait until it answers, stop it."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -49,14 +50,45 @@ def start_command(*args: str, env: dict[str, str] | None = None, log: Path | Non
     )
 
 
+def parents() -> dict[int, int]:
+    """pid → parent pid for every process, from /proc."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # The command name may hold spaces; the fields after its closing parenthesis do not.
+            table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    table = parents()
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in table.items() if parent in frontier]
+        found.extend(children)
+        frontier = children
+    return found
+
+
 def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
+    """Stop a process and, with SIGKILL, every process it started (collected before the kill,
+    since orphans are handed to init)."""
     if process.poll() is not None:
         return
+    tree = descendants(process.pid) if sig == signal.SIGKILL else []
     try:
         os.killpg(process.pid, sig)
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        tree = descendants(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=timeout)
     except ProcessLookupError:
         pass
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

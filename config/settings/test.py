@@ -1,7 +1,7 @@
 """Test settings: the suite runs on PostgreSQL only (`make test` starts a throwaway one)."""
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import BASE_DIR, DATABASES, Q_CLUSTER, env_required
+from config.settings.base import BASE_DIR, DATABASES, Q_CLUSTER, env_bool, env_required
 
 env_required("DATABASE_URL")
 assert DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql", (
@@ -12,4 +12,5 @@ SECRET_KEY = "test-only-not-secret"
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEDIA_ROOT = BASE_DIR / ".test-media"
-Q_CLUSTER = {**Q_CLUSTER, "sync": True}
+# Unit tests run tasks inline; the end-to-end tests start real clusters with Q_SYNC=0.
+Q_CLUSTER = {**Q_CLUSTER, "sync": env_bool("Q_SYNC", True)}

@@ -127,6 +127,14 @@ class SandboxHandler(BaseHTTPRequestHandler):
 
     # Responses
 
+    answer_delay = 0.0
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        if self.answer_delay:
+            time.sleep(self.answer_delay)
+            self.answer_delay = 0.0
+        super().send_response(code, message)
+
     def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -215,8 +223,10 @@ class SandboxHandler(BaseHTTPRequestHandler):
         """Slow, throttled or failing answers, chosen at random per request."""
         config = self.state.config
         if self.state.chance(config.slow_rate):
+            # The work is done at once and only the answer is late, as when a reply is lost in
+            # transit: a client that gives up has still caused a submission.
             self.count_fault("slow")
-            time.sleep(config.slow_seconds)
+            self.answer_delay = config.slow_seconds
         if self.state.chance(config.throttle_rate):
             self.count_fault("throttled")
             self.send_error_json(

@@ -1,0 +1,122 @@
+"""The real stack for end-to-end tests: a django-q2 cluster and dispatchers as their own processes,
+the sandbox extractor over HTTP, all on the test database in PostgreSQL."""
+
+import os
+import signal
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.db import connection
+from django_q.conf import Conf
+
+from jobtracking import states
+from jobtracking.models import ExtractionJob
+from tests.processes import descendants, start_command, stop, wait_until
+
+ENGINE_SETTINGS = {
+    "JOBS_DISPATCH_LEASE_SECONDS": "3",
+    "JOBS_SUBMIT_LEASE_MARGIN_SECONDS": "1",
+    "JOBS_DISPATCH_IDLE_SECONDS": "0.2",
+}
+
+
+def test_database_url() -> str:
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
+
+
+def process_title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+class Stack:
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.env = {
+            "DATABASE_URL": test_database_url(),
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "Q_SYNC": "0",
+            "Q_WORKERS": "2",
+            "Q_TIMEOUT": "8",
+            "Q_RETRY": "30",
+            **ENGINE_SETTINGS,
+        }
+        self.cluster = None
+        self.dispatchers = []
+
+    def start_cluster(self) -> None:
+        self.cluster = start_command("run_workers", env=self.env, log=self.log_dir / "cluster.log")
+
+    def start_dispatcher(self):
+        process = start_command(
+            "run_dispatcher",
+            env=self.env,
+            log=self.log_dir / f"dispatcher{len(self.dispatchers)}.log",
+        )
+        self.dispatchers.append(process)
+        return process
+
+    def kill_cluster(self) -> None:
+        stop(self.cluster, signal.SIGKILL)
+
+    def titles(self) -> dict[int, str]:
+        """Process titles of this stack's cluster (django-q2 names its workers by state)."""
+        return {pid: process_title(pid) for pid in descendants(self.cluster.pid)}
+
+    def worker_running(self, job_id) -> int | None:
+        """The pid of the worker whose process title says it runs this job's task."""
+        needle = f"processing process {job_id}"
+        return next((pid for pid, title in self.titles().items() if needle in title), None)
+
+    def stop_all(self) -> None:
+        # No need to be gentle at teardown: the database is flushed next.
+        for process in [self.cluster, *self.dispatchers]:
+            if process is not None:
+                stop(process, signal.SIGKILL)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text()[-3000:]}"
+            for path in sorted(self.log_dir.glob("*.log"))
+        )
+
+
+@pytest.fixture
+def stack(seeded_statuses, sandbox, tmp_path, monkeypatch, settings):
+    for name, value in ENGINE_SETTINGS.items():
+        setattr(settings, name, float(value))
+    # This test process enqueues into the real queue instead of running tasks inline.
+    monkeypatch.setattr(Conf, "SYNC", False)
+    running = Stack(tmp_path)
+    running.start_cluster()
+    running.start_dispatcher()
+    yield running
+    running.stop_all()
+
+
+def wait_for_terminal(job_ids, timeout: float, stack: Stack) -> list[ExtractionJob]:
+    def all_done() -> bool:
+        return not ExtractionJob.objects.filter(pk__in=job_ids, status__in=states.ACTIVE).exists()
+
+    try:
+        wait_until(all_done, timeout, "every job to reach a terminal status")
+    except TimeoutError:
+        stuck = list(
+            ExtractionJob.objects.filter(pk__in=job_ids, status__in=states.ACTIVE).values_list(
+                "pk", "status", "due_at"
+            )
+        )
+        raise AssertionError(f"stuck: {stuck[:5]}\n{stack.logs()}") from None
+    return list(ExtractionJob.objects.filter(pk__in=job_ids))
+
+
+def wait_for_status(job_id, statuses, timeout: float = 20) -> None:
+    wait_until(
+        lambda: ExtractionJob.objects.filter(pk=job_id, status__in=statuses).exists(),
+        timeout,
+        f"job {job_id} to reach {statuses}",
+    )

@@ -1,0 +1,220 @@
+"""The engine end to end: real django-q2 cluster and dispatcher processes, the sandbox extractor
+over HTTP, PostgreSQL; faults injected by the sandbox and by killing processes."""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.files.base import ContentFile
+from django.db import connection
+
+from extraction.models import Adapter
+from jobtracking.models import ExtractionResult, JobStatusChange
+from jobtracking.services import Actor, job_create
+from tests.e2e.conftest import wait_for_status, wait_for_terminal
+from tests.factories import ExtractorFactory
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
+NAMES = ["financial-statement.pdf", "grant-report.txt", "budget.csv"]
+# django-q2 titles its workers "qcluster Process-<id> idle" or "… processing <task>".
+WORKER_TITLE = re.compile(r"^qcluster Process-\w+ (idle|processing)")
+IDLE_WORKER_TITLE = re.compile(r"^qcluster Process-\w+ idle")
+
+
+@pytest.fixture
+def extractor(sandbox):
+    return ExtractorFactory(
+        slug="sandbox",
+        adapter=Adapter.SANDBOX,
+        base_url=sandbox.url,
+        poll_initial_interval=timedelta(milliseconds=200),
+        poll_max_interval=timedelta(seconds=1),
+        request_timeout=timedelta(seconds=3),
+        max_submit_attempts=20,
+        max_poll_errors=20,
+    )
+
+
+def create_jobs(extractor, count: int, prefix: str = "f") -> list:
+    jobs = []
+    for n in range(count):
+        name = NAMES[n % len(NAMES)]
+        jobs.append(
+            job_create(
+                extractor=extractor,
+                actor=Actor("api"),
+                file_id=f"{prefix}-{n}",
+                file_name=name,
+                upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
+            ).pk
+        )
+    return jobs
+
+
+def assert_no_duplicate_submissions(sandbox, jobs) -> None:
+    stats = sandbox.stats()
+    assert stats["duplicate_keys"] == []
+    for job in jobs:
+        assert stats["created_by_key"].get(f"{job.pk}:{job.attempt}") == (
+            1 if job.external_job_id else None
+        )
+
+
+def test_each_sample_goes_from_pending_to_succeeded(stack, sandbox, extractor):
+    sandbox.configure(latency_min=0.5, latency_max=1.0)
+    jobs = wait_for_terminal(create_jobs(extractor, 3), 60, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    assert ExtractionResult.objects.filter(job__in=jobs).count() == 3
+    assert_no_duplicate_submissions(sandbox, jobs)
+    assert sandbox.stats()["early_polls"] == []
+
+
+@pytest.mark.parametrize(
+    ("faults", "status", "error_code"),
+    [
+        ({"transient_rate": 0.4}, "succeeded", ""),
+        ({"throttle_rate": 0.4, "throttle_retry_after": 0.5}, "succeeded", ""),
+        ({"slow_rate": 0.3, "slow_seconds": 4}, "succeeded", ""),
+        ({"permanent_failure_rate": 1.0}, "failed", "extraction_failed"),
+        ({"lost_rate": 1.0}, "failed", "external_job_lost"),
+    ],
+)
+def test_every_sandbox_fault_mode_ends_in_the_right_terminal_state(
+    stack, sandbox, extractor, faults, status, error_code
+):
+    sandbox.configure(latency_min=0.2, latency_max=0.5, poll_retry_after=0.3, **faults)
+    jobs = wait_for_terminal(create_jobs(extractor, 4), 90, stack)
+    assert {(job.status_id, job.error_code) for job in jobs} == {(status, error_code)}
+    assert_no_duplicate_submissions(sandbox, jobs)
+    assert sandbox.stats()["early_polls"] == []
+
+
+def test_worker_killed_mid_submission_resubmits_with_the_same_key(stack, sandbox, extractor):
+    sandbox.configure(slow_rate=1.0, slow_seconds=2)
+    (job_id,) = create_jobs(extractor, 1)
+    wait_until(lambda: stack.worker_running(job_id), 15, "a worker submitting the job")
+    time.sleep(0.5)  # the sandbox has the submission; its answer is still on the way
+    os.kill(stack.worker_running(job_id), signal.SIGKILL)
+    sandbox.configure(slow_rate=0.0)
+
+    (job,) = wait_for_terminal([job_id], 60, stack)
+    assert job.status_id == "succeeded"
+    stats = sandbox.stats()
+    assert stats["created_by_key"] == {f"{job_id}:1": 1}
+    assert stats["posts_by_key"][f"{job_id}:1"] >= 2
+    assert JobStatusChange.objects.filter(job=job, details__resubmission=True).exists()
+
+
+def test_worker_killed_mid_poll_the_job_still_finishes(stack, sandbox, extractor):
+    sandbox.configure(latency_min=4, latency_max=4)
+    (job_id,) = create_jobs(extractor, 1)
+    wait_for_status(job_id, ["submitted", "processing"])
+    sandbox.configure(slow_rate=1.0, slow_seconds=2)
+    wait_until(lambda: stack.worker_running(job_id), 15, "a worker polling the job")
+    os.kill(stack.worker_running(job_id), signal.SIGKILL)
+    sandbox.configure(slow_rate=0.0)
+
+    (job,) = wait_for_terminal([job_id], 60, stack)
+    assert job.status_id == "succeeded"
+    assert sandbox.stats()["created_by_key"] == {f"{job_id}:1": 1}
+
+
+def test_whole_cluster_killed_and_restarted(stack, sandbox, extractor):
+    sandbox.configure(latency_min=1, latency_max=2)
+    job_ids = create_jobs(extractor, 8)
+    time.sleep(1.0)
+    stack.kill_cluster()
+    time.sleep(1.0)
+    stack.start_cluster()
+    jobs = wait_for_terminal(job_ids, 90, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    assert_no_duplicate_submissions(sandbox, jobs)
+
+
+def test_two_dispatchers_never_act_on_a_job_twice(stack, sandbox, extractor):
+    stack.start_dispatcher()
+    sandbox.configure(latency_min=0.5, latency_max=1.5, poll_retry_after=0.4)
+    jobs = wait_for_terminal(create_jobs(extractor, 20), 120, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    stats = sandbox.stats()
+    # Without faults, each job was posted once and never polled before Retry-After.
+    assert set(stats["posts_by_key"].values()) == {1}
+    assert stats["early_polls"] == []
+    for job in jobs:
+        assert len(stats["polls"][job.external_job_id]) == job.poll_count
+
+
+def test_deadline_reached_times_out_and_cancels_at_the_extractor(stack, sandbox, extractor):
+    extractor.max_duration = timedelta(seconds=2)
+    extractor.save()
+    sandbox.configure(latency_min=30, latency_max=30)
+    (job,) = wait_for_terminal(create_jobs(extractor, 1), 30, stack)
+    assert (job.status_id, job.error_code) == ("timed_out", "deadline_exceeded")
+    wait_until(lambda: sandbox.stats()["requests"].get("DELETE") == 1, 10, "the cancel")
+
+
+def test_random_kills_and_transient_faults_leave_no_job_behind(stack, sandbox, extractor):
+    sandbox.configure(latency_min=0.2, latency_max=1.0, transient_rate=0.2, poll_retry_after=0.3)
+    job_ids = create_jobs(extractor, 20)
+    chaos = random.Random(11)
+    stop_at = time.monotonic() + 8
+    while time.monotonic() < stop_at:
+        time.sleep(chaos.uniform(0.8, 1.6))
+        if chaos.random() < 0.5:
+            victim = stack.dispatchers[-1]
+            os.killpg(victim.pid, signal.SIGKILL)
+            stack.start_dispatcher()
+        else:
+            workers = [pid for pid, title in stack.titles().items() if WORKER_TITLE.search(title)]
+            if workers:
+                os.kill(chaos.choice(workers), signal.SIGKILL)
+    jobs = wait_for_terminal(job_ids, 120, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    assert_no_duplicate_submissions(sandbox, jobs)
+    assert sandbox.stats()["early_polls"] == []
+
+
+@pytest.mark.skipif(not os.environ.get("TEST_PG_CTL"), reason="needs the throwaway PostgreSQL")
+def test_postgresql_restart_mid_run_is_recovered_without_a_person(stack, sandbox, extractor):
+    sandbox.configure(latency_min=1, latency_max=2)
+    job_ids = create_jobs(extractor, 6)
+    time.sleep(1.0)
+    connection.close()
+    data = os.environ["TEST_PG_DATA"]
+    # The log file keeps the restarted server off our pipes (else run() waits for it forever).
+    command = [*os.environ["TEST_PG_CTL"].split(), "-D", data, "-l", f"{data}/../server.log"]
+    subprocess.run(
+        [*command, "-m", "fast", "-w", "restart"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+    )
+    jobs = wait_for_terminal(job_ids, 120, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    assert_no_duplicate_submissions(sandbox, jobs)
+
+
+def test_idle_workers_killed_stall_the_cluster_and_the_supervisor_restarts_it(
+    stack, sandbox, extractor
+):
+    wait_until(lambda: len(idle_workers(stack)) == 2, 20, "two idle workers")
+    for pid in idle_workers(stack):
+        os.kill(pid, signal.SIGKILL)
+    (job_id,) = create_jobs(extractor, 1)
+    (job,) = wait_for_terminal([job_id], 90, stack)
+    assert job.status_id == "succeeded"
+    assert "restarting stalled qcluster" in (stack.log_dir / "cluster.log").read_text()
+
+
+def idle_workers(stack) -> list[int]:
+    return [pid for pid, title in stack.titles().items() if IDLE_WORKER_TITLE.search(title)]
