@@ -24,5 +24,6 @@ lint: install
 
 run: install
 	$(PY) manage.py migrate --no-input
+	$(PY) manage.py setup_schedules
 	$(PY) manage.py seed_demo
-	$(PY) manage.py runserver 127.0.0.1:$${PORT:-8000}
+	$(PY) manage.py run_stack

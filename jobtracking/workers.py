@@ -105,7 +105,9 @@ class WorkerSupervisor:
 
     def shutdown(self) -> None:
         if self.child and self.child.poll() is None:
-            os.killpg(self.child.pid, signal.SIGTERM)
+            # Only the cluster's main process: it stops its own workers in order, and a signal
+            # to the whole group breaks that shutdown.
+            self.child.send_signal(signal.SIGTERM)
             try:
                 self.child.wait(timeout=30)
             except subprocess.TimeoutExpired:

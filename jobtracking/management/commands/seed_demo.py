@@ -1,15 +1,25 @@
+import mimetypes
 import os
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
+from django.core.files.base import ContentFile
 from django.core.management.base import BaseCommand
 
 from extraction.models import Adapter, Extractor
+from jobtracking.errors import ActiveJobExistsError
+from jobtracking.models import ExtractionJob
+from jobtracking.services import Actor, job_create
 
 DEMO_ADMIN = "admin"
+SAMPLES = Path(__file__).resolve().parents[3] / "extraction" / "sandbox" / "samples"
 
 
 class Command(BaseCommand):
-    help = "Create the demo admin user and the sandbox extractor (idempotent)."
+    help = (
+        "Create the demo admin user, the sandbox extractor, and one job per sample document "
+        "(idempotent: files that already have a job are skipped)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -42,9 +52,33 @@ class Command(BaseCommand):
             f"Admin user {DEMO_ADMIN!r} {'created' if created else 'ready'}; "
             f"extractor {extractor.slug!r} at {extractor.base_url}."
         )
+        self.seed_jobs(extractor, user)
         port = os.environ.get("PORT", "8000")
         self.stdout.write(
             self.style.SUCCESS(
                 f"Admin console: http://127.0.0.1:{port}/admin/  login: {DEMO_ADMIN} / {password}"
             )
         )
+
+    def seed_jobs(self, extractor: Extractor, user) -> None:
+        created = 0
+        for path in sorted(SAMPLES.iterdir()):
+            file_id = f"demo-{path.name}"
+            if ExtractionJob.objects.filter(extractor=extractor, file_id=file_id).exists():
+                continue
+            try:
+                job_create(
+                    extractor=extractor,
+                    actor=Actor.command(user),
+                    file_id=file_id,
+                    file_name=path.name,
+                    content_type=mimetypes.guess_type(path.name)[0] or "",
+                    file_size=path.stat().st_size,
+                    upload=ContentFile(path.read_bytes(), name=path.name),
+                    metadata={"demo": True},
+                    reason="Demo data",
+                )
+                created += 1
+            except ActiveJobExistsError:
+                continue
+        self.stdout.write(f"Seeded {created} demo job(s) from {SAMPLES.name}/.")
