@@ -22,6 +22,11 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
 
+# Opt-in benchmarks; they print figures and ratios (see README).
+bench: install
+	.ci/with_postgres.sh $(PY) -m bench.dispatcher
+	.ci/with_postgres.sh $(PY) -m bench.engine
+
 run: install
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py setup_schedules

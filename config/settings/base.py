@@ -128,7 +128,9 @@ Q_CLUSTER = {
     "retry": int(os.environ.get("Q_RETRY", "120")),
     "max_attempts": 3,
     "ack_failures": True,
-    "save_limit": 1000,
+    # Our audit trail records every job change; keeping django-q2 successes too costs the
+    # monitor a locked scan of the success table per task. Failures are still kept.
+    "save_limit": -1,
     "catch_up": False,
     "poll": 0.2,
     "label": "Task queue",
