@@ -1,6 +1,18 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from jobtracking.api import errors
+from jobtracking.api.views import HealthzView, ReadyzView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", include("jobtracking.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("healthz", HealthzView.as_view(), name="healthz"),
+    path("readyz", ReadyzView.as_view(), name="readyz"),
 ]
+
+handler404 = errors.json_error_view(404, "not_found", "No such resource.")
+handler500 = errors.server_error

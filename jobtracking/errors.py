@@ -61,3 +61,10 @@ class JobValidationError(ApplicationError):
     def __init__(self, fields: dict[str, str]) -> None:
         super().__init__("Invalid input: " + "; ".join(f"{k}: {v}" for k, v in fields.items()))
         self.fields = fields
+
+
+class IdempotencyKeyReusedError(ApplicationError):
+    """The Idempotency-Key was used before for a different request."""
+
+    code = "idempotency_key_reused"
+    http_status = 422

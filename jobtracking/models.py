@@ -68,6 +68,8 @@ class ExtractionJob(models.Model):
     )
     # NULL, not "", for "no key": the per-user unique constraint skips NULLs.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    # SHA-256 of the creating request, to tell a replay from a reuse of the key.
+    request_fingerprint = models.CharField(max_length=64, blank=True)
 
     attempt = models.PositiveIntegerField(default=1)
     submit_attempts = models.PositiveIntegerField(default=0)
@@ -99,6 +101,11 @@ class ExtractionJob(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [
+            ("cancel_extractionjob", "Can cancel extraction jobs"),
+            ("requeue_extractionjob", "Can requeue extraction jobs"),
+            ("view_all_extractionjobs", "Can view every client's extraction jobs"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["extractor", "file_id"],
@@ -325,3 +332,21 @@ class ServiceHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ApiToken(models.Model):
+    """A service account's API token. Only its SHA-256 is stored: the key itself is shown once,
+    when `create_api_token` issues it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(
+        max_length=8, help_text="The key's first characters, to tell keys apart."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

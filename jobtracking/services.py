@@ -30,8 +30,10 @@ from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.errors import (
     ActiveJobExistsError,
+    ApplicationError,
     ExtractorDisabledError,
     ForceRequiredError,
+    IdempotencyKeyReusedError,
     InFlightLimitError,
     InvalidTransitionError,
     JobMovedOnError,
@@ -156,6 +158,7 @@ def job_create(
     options: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
+    request_fingerprint: str = "",
     reason: str = "",
 ) -> ExtractionJob:
     """Create a `pending` job due now, with its `job.created` audit row and event.
@@ -188,6 +191,7 @@ def job_create(
         metadata=metadata,
         requested_by=actor.user,
         idempotency_key=idempotency_key,
+        request_fingerprint=request_fingerprint,
         created_at=now,
         deadline_at=now + extractor.max_duration,
         **_claimed(now),
@@ -204,6 +208,128 @@ def job_create(
             raise error from None
         raise
     return job
+
+
+def _replayed_job(
+    user: AbstractBaseUser | None, idempotency_key: str, fingerprint: str
+) -> ExtractionJob | None:
+    job = ExtractionJob.objects.filter(requested_by=user, idempotency_key=idempotency_key).first()
+    if job is not None and job.request_fingerprint != fingerprint:
+        raise IdempotencyKeyReusedError(
+            f"Idempotency-Key {idempotency_key!r} was used for a different request (job {job.id}).",
+            job_id=str(job.id),
+        )
+    return job
+
+
+def job_create_idempotent(
+    *, idempotency_key: str, request_fingerprint: str, actor: Actor, **fields: Any
+) -> tuple[ExtractionJob, bool]:
+    """`job_create` keyed by the client's Idempotency-Key: the same key with the same request
+    returns the original job (created=False); with a different request it is refused
+    (`IdempotencyKeyReusedError`). Concurrent twins are settled by the unique constraint."""
+    if existing := _replayed_job(actor.user, idempotency_key, request_fingerprint):
+        return existing, False
+    try:
+        job = job_create(
+            actor=actor,
+            idempotency_key=idempotency_key,
+            request_fingerprint=request_fingerprint,
+            **fields,
+        )
+    except IntegrityError:
+        if existing := _replayed_job(actor.user, idempotency_key, request_fingerprint):
+            return existing, False
+        raise
+    return job, True
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    index: int
+    job: ExtractionJob | None = None
+    error: ApplicationError | None = None
+
+
+def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOutcome]:
+    """Create many validated jobs (each a dict of `job_create` fields with a URL source) in one
+    transaction and a handful of queries: one read of conflicting active jobs, then one insert
+    each for jobs, audit rows and events. Items that conflict with an active job (stored or
+    earlier in the batch) get an `ActiveJobExistsError` outcome; the others are created. The
+    dispatcher picks the new jobs up (they are due now) within about a second."""
+    now = timezone.now()
+    keys = {(item["extractor"].pk, item["file_id"]) for item in items}
+    active = {
+        (extractor_id, file_id): job_id
+        for extractor_id, file_id, job_id in ExtractionJob.objects.filter(
+            status__in=states.ACTIVE,
+            extractor_id__in={k[0] for k in keys},
+            file_id__in={k[1] for k in keys},
+        ).values_list("extractor_id", "file_id", "id")
+        if (extractor_id, file_id) in keys
+    }
+    outcomes, jobs = [], []
+    for index, item in enumerate(items):
+        key = (item["extractor"].pk, item["file_id"])
+        if key in active:
+            outcomes.append(
+                BulkOutcome(
+                    index,
+                    error=ActiveJobExistsError(
+                        f"Job {active[key]} is already active for file {item['file_id']} "
+                        f"on {item['extractor'].slug}.",
+                        job_id=str(active[key]),
+                    ),
+                )
+            )
+            continue
+        job = ExtractionJob(
+            status_id=states.PENDING,
+            requested_by=actor.user,
+            created_at=now,
+            updated_at=now,
+            due_at=now,
+            deadline_at=now + item["extractor"].max_duration,
+            **item,
+        )
+        active[key] = job.id
+        jobs.append(job)
+        outcomes.append(BulkOutcome(index, job=job))
+    try:
+        with transaction.atomic():
+            _insert_created(jobs, actor=actor, now=now)
+    except IntegrityError:
+        # A concurrent request made one of these files active meanwhile: one savepoint each.
+        return [_create_one(index, item, actor) for index, item in enumerate(items)]
+    return outcomes
+
+
+def _create_one(index: int, item: dict[str, Any], actor: Actor) -> BulkOutcome:
+    try:
+        return BulkOutcome(index, job=job_create(actor=actor, reason="Bulk create", **item))
+    except ApplicationError as error:
+        return BulkOutcome(index, error=error)
+
+
+def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, now) -> None:
+    ExtractionJob.objects.bulk_create(jobs)
+    JobStatusChange.objects.bulk_create(
+        JobStatusChange(
+            job=job,
+            to_status_id=states.PENDING,
+            attempt=1,
+            changed_at=now,
+            actor_type=actor.type,
+            actor=actor.user,
+            reason="Bulk create",
+            details=actor.details,
+        )
+        for job in jobs
+    )
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, type=states.EVENT_CREATED, payload=job_event_payload(job), created_at=now)
+        for job in jobs
+    )
 
 
 def job_transition(

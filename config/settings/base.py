@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_q",
     "extraction",
     "jobtracking",
@@ -160,3 +162,49 @@ JOBS_DISPATCH_IDLE_SECONDS = float(os.environ.get("JOBS_DISPATCH_IDLE_SECONDS", 
 JOBS_SUBMIT_LEASE_MARGIN_SECONDS = float(os.environ.get("JOBS_SUBMIT_LEASE_MARGIN_SECONDS", "30"))
 # When an extractor's max_in_flight is reached, a pending job looks again after this long.
 JOBS_IN_FLIGHT_RETRY_SECONDS = float(os.environ.get("JOBS_IN_FLIGHT_RETRY_SECONDS", "1"))
+
+# Outbound URLs given by clients (source_url, webhooks) must be public unless named here.
+OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS")
+OUTBOUND_ALLOWED_NETWORKS = env_list("OUTBOUND_ALLOWED_NETWORKS")
+
+# API limits.
+JOBS_UPLOAD_MAX_BYTES = int(os.environ.get("JOBS_UPLOAD_MAX_BYTES", str(50 << 20)))
+JOBS_UPLOAD_CONTENT_TYPES = env_list(
+    "JOBS_UPLOAD_CONTENT_TYPES",
+    "application/pdf,text/plain,text/csv,image/png,image/jpeg,image/tiff,"
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document,"
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+)
+JOBS_BULK_MAX = int(os.environ.get("JOBS_BULK_MAX", "500"))
+# The event feed hides events younger than this, so that a consumer paging by id does not skip
+# an event whose transaction commits after a later id's.
+JOBS_EVENT_FEED_SETTLE_SECONDS = float(os.environ.get("JOBS_EVENT_FEED_SETTLE_SECONDS", "1"))
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 << 20
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 << 20
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "jobtracking.api.auth.HashedTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": os.environ.get("API_THROTTLE_RATE", "6000/min")},
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "jobtracking.api.errors.problem_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Extraction job tracking API",
+    "DESCRIPTION": "Jobs that send one file to an external extractor, their history and results.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}

@@ -14,3 +14,5 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEDIA_ROOT = BASE_DIR / ".test-media"
 # Unit tests run tasks inline; the end-to-end tests start real clusters with Q_SYNC=0.
 Q_CLUSTER = {**Q_CLUSTER, "sync": env_bool("Q_SYNC", True)}
+# Names the tests use for files and webhooks; they do not resolve here.
+OUTBOUND_ALLOWED_HOSTS = ["files.example.org", "hooks.example.org"]

@@ -1,0 +1,99 @@
+"""One error shape everywhere: RFC 9457 problem details (application/problem+json), with a
+stable machine `code` and, for validation, field-level `errors`."""
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from jobtracking.errors import ApplicationError, JobValidationError
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_TYPE = "https://fluxx.example/problems/"
+TITLES = {
+    400: "Bad request",
+    401: "Authentication required",
+    403: "Permission denied",
+    404: "Not found",
+    405: "Method not allowed",
+    406: "Not acceptable",
+    409: "Conflict",
+    413: "Payload too large",
+    415: "Unsupported media type",
+    422: "Unprocessable request",
+    429: "Too many requests",
+    500: "Internal server error",
+}
+
+
+def problem_body(status_code: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": PROBLEM_TYPE + code,
+        "title": TITLES.get(status_code, "Error"),
+        "status": status_code,
+        "code": code,
+        "detail": detail,
+        **extra,
+    }
+
+
+def problem(status_code: int, code: str, detail: str, headers=None, **extra: Any) -> Response:
+    return Response(
+        problem_body(status_code, code, detail, **extra),
+        status=status_code,
+        headers=headers,
+        content_type="application/problem+json",
+    )
+
+
+def _field_errors(detail: Any) -> dict[str, Any]:
+    if isinstance(detail, dict):
+        return detail
+    return {"non_field_errors": detail if isinstance(detail, list) else [detail]}
+
+
+def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, JobValidationError):
+        return problem(400, exc.code, exc.message, errors=exc.fields)
+    if isinstance(exc, ApplicationError):
+        return problem(exc.http_status, exc.code, exc.message, **exc.extra)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if isinstance(exc, exceptions.ValidationError):
+        return problem(
+            400, "validation_error", "The request is invalid.", errors=_field_errors(exc.detail)
+        )
+    if isinstance(exc, exceptions.APIException):
+        headers = {}
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(int(exc.wait))
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
+        return problem(exc.status_code, code, str(exc.detail), headers=headers)
+    return None
+
+
+def json_error_view(status_code: int, code: str, detail: str):
+    def view(request, exception=None):
+        return JsonResponse(
+            problem_body(status_code, code, detail),
+            status=status_code,
+            content_type="application/problem+json",
+        )
+
+    return view
+
+
+def server_error(request, *args, **kwargs):
+    logger.error("Unhandled error on %s %s", request.method, request.path)
+    return json_error_view(
+        status.HTTP_500_INTERNAL_SERVER_ERROR, "server_error", "Something went wrong on our side."
+    )(request)

@@ -1,0 +1,54 @@
+import contextlib
+import uuid
+
+import django_filters
+from django.db.models import Q
+
+from extraction.errors import ErrorCode
+from jobtracking import states
+from jobtracking.models import ExtractionJob, JobEvent
+
+
+class JobFilterSet(django_filters.FilterSet):
+    status = django_filters.MultipleChoiceFilter(
+        choices=[(code, label) for code, label, *_ in states.STATUSES],
+        help_text="One or more statuses (repeat the parameter).",
+    )
+    extractor = django_filters.CharFilter(field_name="extractor__slug", help_text="Slug.")
+    file_id = django_filters.CharFilter()
+    external_job_id = django_filters.CharFilter()
+    error_code = django_filters.ChoiceFilter(choices=ErrorCode.choices)
+    requested_by = django_filters.CharFilter(
+        field_name="requested_by__username", help_text="Username of the requesting client."
+    )
+    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    completed_after = django_filters.IsoDateTimeFilter(field_name="completed_at", lookup_expr="gte")
+    completed_before = django_filters.IsoDateTimeFilter(field_name="completed_at", lookup_expr="lt")
+    search = django_filters.CharFilter(
+        method="filter_search",
+        help_text="A job id, file id or external id (exact), or the start of a file name.",
+    )
+
+    class Meta:
+        model = ExtractionJob
+        fields = []
+
+    def filter_search(self, queryset, name, value):
+        # Exact matches and a prefix only: each uses an index even with millions of jobs.
+        query = Q(file_id=value) | Q(external_job_id=value) | Q(file_name__startswith=value)
+        with contextlib.suppress(ValueError):
+            query |= Q(pk=uuid.UUID(value))
+        return queryset.filter(query)
+
+
+class EventFilterSet(django_filters.FilterSet):
+    after = django_filters.NumberFilter(
+        field_name="id", lookup_expr="gt", help_text="Only events with a larger id (the cursor)."
+    )
+    type = django_filters.MultipleChoiceFilter(choices=[(t, t) for t in states.EVENT_TYPES])
+    job = django_filters.UUIDFilter(field_name="job_id")
+
+    class Meta:
+        model = JobEvent
+        fields = []

@@ -1,0 +1,326 @@
+import hashlib
+import json
+from typing import Any
+
+from django.conf import settings
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from extraction.models import Extractor
+from jobtracking.models import (
+    ExtractionJob,
+    ExtractionResult,
+    JobEvent,
+    JobStatus,
+    JobStatusChange,
+)
+from jobtracking.urlsafety import UnsafeURLError, check_public_url
+
+# Output
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class DurationsSerializer(serializers.Serializer):
+    waiting_seconds = serializers.FloatField(
+        allow_null=True, help_text="From creation to acceptance by the extractor."
+    )
+    processing_seconds = serializers.FloatField(
+        allow_null=True, help_text="From acceptance to completion."
+    )
+    turnaround_seconds = serializers.FloatField(
+        allow_null=True, help_text="From creation to completion."
+    )
+
+
+class LinksSerializer(serializers.Serializer):
+    self = serializers.CharField()
+    history = serializers.CharField()
+    result = serializers.CharField()
+    cancel = serializers.CharField()
+    requeue = serializers.CharField()
+
+
+def _seconds(start, end) -> float | None:
+    return (end - start).total_seconds() if start and end else None
+
+
+class ExtractionJobSerializer(serializers.ModelSerializer):
+    status = serializers.CharField(source="status_id")
+    extractor = serializers.CharField(source="extractor.slug")
+    requested_by = serializers.CharField(source="requested_by.username", default=None)
+    has_upload = serializers.SerializerMethodField()
+    error = serializers.SerializerMethodField()
+    durations = serializers.SerializerMethodField()
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ExtractionJob
+        fields = [
+            "id",
+            "status",
+            "extractor",
+            "file_id",
+            "file_name",
+            "content_type",
+            "file_size",
+            "file_sha256",
+            "source_url",
+            "has_upload",
+            "options",
+            "metadata",
+            "requested_by",
+            "attempt",
+            "submit_attempts",
+            "poll_count",
+            "progress",
+            "external_job_id",
+            "external_status",
+            "error",
+            "created_at",
+            "submitted_at",
+            "started_at",
+            "completed_at",
+            "updated_at",
+            "deadline_at",
+            "durations",
+            "links",
+        ]
+
+    def get_has_upload(self, job: ExtractionJob) -> bool:
+        return bool(job.upload)
+
+    @extend_schema_field(ErrorSerializer(allow_null=True))
+    def get_error(self, job: ExtractionJob) -> dict[str, str] | None:
+        return {"code": job.error_code, "message": job.error_message} if job.error_code else None
+
+    @extend_schema_field(DurationsSerializer)
+    def get_durations(self, job: ExtractionJob) -> dict[str, float | None]:
+        return {
+            "waiting_seconds": _seconds(job.created_at, job.submitted_at),
+            "processing_seconds": _seconds(job.submitted_at, job.completed_at),
+            "turnaround_seconds": _seconds(job.created_at, job.completed_at),
+        }
+
+    @extend_schema_field(LinksSerializer)
+    def get_links(self, job: ExtractionJob) -> dict[str, str]:
+        return {
+            name: reverse(f"api:job-{route}", args=[job.pk])
+            for name, route in (
+                ("self", "detail"),
+                ("history", "history"),
+                ("result", "result"),
+                ("cancel", "cancel"),
+                ("requeue", "requeue"),
+            )
+        }
+
+
+class JobStatusChangeSerializer(serializers.ModelSerializer):
+    from_status = serializers.CharField(source="from_status_id", allow_null=True)
+    to_status = serializers.CharField(source="to_status_id")
+    actor = serializers.CharField(source="actor.username", default=None)
+
+    class Meta:
+        model = JobStatusChange
+        fields = [
+            "id",
+            "from_status",
+            "to_status",
+            "attempt",
+            "changed_at",
+            "actor_type",
+            "actor",
+            "reason",
+            "details",
+        ]
+
+
+class ExtractionResultSerializer(serializers.ModelSerializer):
+    job = serializers.UUIDField(source="job_id")
+    payload = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ExtractionResult
+        fields = [
+            "job",
+            "attempt",
+            "page_count",
+            "model_version",
+            "content_sha256",
+            "size_bytes",
+            "received_at",
+            "payload",
+        ]
+
+    @extend_schema_field(serializers.JSONField())
+    def get_payload(self, result: ExtractionResult) -> Any:
+        if result.payload is not None:
+            return result.payload
+        with result.payload_file.open("rb") as stored:
+            return json.load(stored)
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    job = serializers.UUIDField(source="job_id")
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "event_id", "type", "job", "created_at", "payload"]
+
+
+class ExtractorSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Extractor
+        # Never the key, nor the name of the variable that holds it.
+        fields = ["slug", "name", "adapter", "model_id", "enabled", "max_in_flight"]
+
+
+class JobStatusSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobStatus
+        fields = ["code", "label", "terminal", "description"]
+
+
+class StatsSerializer(serializers.Serializer):
+    window_hours = serializers.FloatField()
+    since = serializers.DateTimeField()
+    created_by_status = serializers.DictField(child=serializers.IntegerField())
+    created_by_extractor = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField())
+    )
+    completed = serializers.IntegerField()
+    success_rate = serializers.FloatField(allow_null=True)
+    turnaround_seconds = serializers.DictField(child=serializers.FloatField(allow_null=True))
+
+
+# Input
+
+
+class JsonObjectField(serializers.JSONField):
+    """A JSON object; in multipart forms it arrives as a JSON string."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except ValueError:
+                raise serializers.ValidationError("Must be valid JSON.") from None
+        value = super().to_internal_value(data)
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("Must be a JSON object.")
+        return value
+
+
+class ExtractorField(serializers.SlugRelatedField):
+    """An extractor by slug; bulk requests pass the extractors they name, loaded once, in the
+    context as `extractors`."""
+
+    def to_internal_value(self, data):
+        known = self.context.get("extractors", {})
+        if isinstance(data, str) and data in known:
+            return known[data]
+        return super().to_internal_value(data)
+
+
+class ExtractionJobCreateSerializer(serializers.Serializer):
+    extractor = ExtractorField(slug_field="slug", queryset=Extractor.objects.all())
+    file_id = serializers.CharField(max_length=255)
+    file_name = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    content_type = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    file_size = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    file_sha256 = serializers.RegexField(
+        r"^[0-9a-f]{64}$", required=False, allow_blank=True, help_text="Lowercase hex."
+    )
+    source_url = serializers.URLField(max_length=2000, required=False)
+    file = serializers.FileField(required=False, help_text="Multipart upload instead of a URL.")
+    options = JsonObjectField(required=False, default=dict)
+    metadata = JsonObjectField(required=False, default=dict)
+
+    def validate_extractor(self, extractor: Extractor) -> Extractor:
+        if not extractor.enabled:
+            raise serializers.ValidationError(f"Extractor {extractor.slug} is disabled.")
+        return extractor
+
+    def validate_source_url(self, url: str) -> str:
+        try:
+            check_public_url(url)
+        except UnsafeURLError as error:
+            raise serializers.ValidationError(error.message) from None
+        return url
+
+    def validate_file(self, upload):
+        if upload.size == 0:
+            raise serializers.ValidationError("The file is empty.")
+        return upload
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        if bool(data.get("source_url")) == bool(data.get("file")):
+            raise serializers.ValidationError(
+                {"source_url": "Give exactly one of source_url and file."}
+            )
+        for name in ("options", "metadata"):
+            cap = getattr(settings, f"JOBS_{name.upper()}_MAX_BYTES")
+            if len(json.dumps(data.get(name, {})).encode()) > cap:
+                raise serializers.ValidationError({name: f"Must be at most {cap} bytes as JSON."})
+        upload = data.get("file")
+        if upload is not None:
+            data.setdefault("file_name", upload.name)
+            data["content_type"] = data.get("content_type") or upload.content_type or ""
+            data["file_size"] = upload.size
+        return data
+
+    def fingerprint(self) -> str:
+        """A digest of what was asked, to tell an idempotent replay from a reused key."""
+        data = dict(self.validated_data)
+        data["extractor"] = data["extractor"].slug
+        upload = data.pop("file", None)
+        if upload is not None:
+            digest = hashlib.sha256()
+            for chunk in upload.chunks():
+                digest.update(chunk)
+            upload.seek(0)
+            data["file_digest"] = digest.hexdigest()
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+    def service_fields(self) -> dict[str, Any]:
+        """The validated data as `job_create` keyword arguments."""
+        data = dict(self.validated_data)
+        data["upload"] = data.pop("file", None)
+        return data
+
+
+class BulkCreateSerializer(serializers.Serializer):
+    jobs = serializers.ListField(
+        child=serializers.DictField(),
+        min_length=1,
+        max_length=settings.JOBS_BULK_MAX,
+        help_text="Job objects as for a single JSON create (source_url only).",
+    )
+
+
+class BulkItemSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["created", "error"])
+    job = ExtractionJobSerializer(allow_null=True)
+    error = serializers.DictField(allow_null=True)
+
+
+class BulkResultSerializer(serializers.Serializer):
+    created = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    results = BulkItemSerializer(many=True)
+
+
+class JobActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
+
+
+class JobRequeueSerializer(JobActionSerializer):
+    force = serializers.BooleanField(
+        default=False, help_text="Required to requeue a succeeded job."
+    )

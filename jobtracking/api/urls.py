@@ -1,0 +1,17 @@
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from jobtracking.api import views
+
+app_name = "api"
+
+router = DefaultRouter()
+router.register("jobs", views.ExtractionJobViewSet, basename="job")
+router.register("extractors", views.ExtractorViewSet, basename="extractor")
+router.register("statuses", views.JobStatusViewSet, basename="status")
+router.register("events", views.JobEventViewSet, basename="event")
+
+urlpatterns = [
+    path("stats/", views.StatsView.as_view(), name="stats"),
+    path("", include(router.urls)),
+]

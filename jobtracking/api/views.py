@@ -1,0 +1,338 @@
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from extraction.models import Extractor
+from jobtracking.api.errors import problem, problem_body
+from jobtracking.api.filters import EventFilterSet, JobFilterSet
+from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
+from jobtracking.api.serializers import (
+    BulkCreateSerializer,
+    BulkResultSerializer,
+    ExtractionJobCreateSerializer,
+    ExtractionJobSerializer,
+    ExtractionResultSerializer,
+    ExtractorSerializer,
+    JobActionSerializer,
+    JobEventSerializer,
+    JobRequeueSerializer,
+    JobStatusChangeSerializer,
+    JobStatusSerializer,
+    StatsSerializer,
+)
+from jobtracking.errors import JobValidationError
+from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatus
+from jobtracking.selectors import event_list, heartbeats, job_list, job_stats
+from jobtracking.services import (
+    Actor,
+    job_cancel,
+    job_create,
+    job_create_idempotent,
+    job_create_many,
+    job_requeue,
+)
+
+PROBLEM = OpenApiResponse(description="Problem details (RFC 9457)")
+ERRORS = {code: PROBLEM for code in (400, 401, 403, 404, 409, 413, 415, 422, 429)}
+MAX_PAGE_SIZE = 500
+
+
+class CreatedAtCursorPagination(CursorPagination):
+    ordering = "-created_at"
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE_SIZE
+
+
+class IdCursorPagination(CursorPagination):
+    ordering = "id"
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE_SIZE
+
+
+def api_actor(request) -> Actor:
+    return Actor(ActorType.API, request.user)
+
+
+@extend_schema(responses={**ERRORS})
+class ExtractionJobViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Extraction jobs: one request to one extractor for one file."""
+
+    serializer_class = ExtractionJobSerializer
+    permission_classes = [ActionPermission]
+    action_permissions = JOB_ACTIONS
+    filterset_class = JobFilterSet
+    pagination_class = CreatedAtCursorPagination
+    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    lookup_value_regex = "[0-9a-fA-F-]{36}"
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ExtractionJob.objects.none()
+        return job_list(user=self.request.user)
+
+    @extend_schema(
+        request={
+            "application/json": ExtractionJobCreateSerializer,
+            "multipart/form-data": ExtractionJobCreateSerializer,
+        },
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="Replays with the same key and body return the original job.",
+            )
+        ],
+        responses={201: ExtractionJobSerializer, 200: ExtractionJobSerializer, **ERRORS},
+    )
+    def create(self, request):
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        if declared > settings.JOBS_UPLOAD_MAX_BYTES + (1 << 20):
+            # Refused before reading the body.
+            return too_large()
+        serializer = ExtractionJobCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        upload = serializer.validated_data.get("file")
+        if upload is not None:
+            if upload.size > settings.JOBS_UPLOAD_MAX_BYTES:
+                return too_large()
+            if serializer.validated_data["content_type"] not in settings.JOBS_UPLOAD_CONTENT_TYPES:
+                return problem(
+                    415,
+                    "unsupported_media_type",
+                    f"Files of type {serializer.validated_data['content_type'] or 'unknown'} "
+                    "are not accepted.",
+                    accepted=settings.JOBS_UPLOAD_CONTENT_TYPES,
+                )
+        key = request.headers.get("Idempotency-Key", "").strip()
+        if len(key) > 255:
+            raise JobValidationError({"Idempotency-Key": "At most 255 characters."})
+        if key:
+            job, created = job_create_idempotent(
+                idempotency_key=key,
+                request_fingerprint=serializer.fingerprint(),
+                actor=api_actor(request),
+                **serializer.service_fields(),
+            )
+        else:
+            job, created = job_create(actor=api_actor(request), **serializer.service_fields()), True
+        return Response(
+            ExtractionJobSerializer(job).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(request=BulkCreateSerializer, responses={200: BulkResultSerializer, **ERRORS})
+    @action(detail=False, methods=["post"], parser_classes=[JSONParser])
+    def bulk(self, request):
+        """Create up to 500 jobs (URL sources) in one transaction; each item has its outcome."""
+        envelope = BulkCreateSerializer(data=request.data)
+        envelope.is_valid(raise_exception=True)
+        items = envelope.validated_data["jobs"]
+        slugs = {item.get("extractor") for item in items if isinstance(item.get("extractor"), str)}
+        context = {"extractors": {e.slug: e for e in Extractor.objects.filter(slug__in=slugs)}}
+        valid, results = [], {}
+        for index, item in enumerate(items):
+            serializer = ExtractionJobCreateSerializer(data=item, context=context)
+            if serializer.is_valid() and "file" not in item:
+                valid.append((index, serializer.service_fields()))
+            else:
+                errors = serializer.errors or {"file": ["Bulk create takes source_url only."]}
+                results[index] = item_error(
+                    index,
+                    problem_body(400, "validation_error", "The item is invalid.", errors=errors),
+                )
+        outcomes = job_create_many(items=[fields for _, fields in valid], actor=api_actor(request))
+        for (index, _), outcome in zip(valid, outcomes, strict=True):
+            if outcome.job is not None:
+                results[index] = {
+                    "index": index,
+                    "status": "created",
+                    "job": ExtractionJobSerializer(outcome.job).data,
+                    "error": None,
+                }
+            else:
+                error = outcome.error
+                results[index] = item_error(
+                    index, problem_body(error.http_status, error.code, error.message, **error.extra)
+                )
+        ordered = [results[index] for index in sorted(results)]
+        created = sum(1 for item in ordered if item["status"] == "created")
+        return Response({"created": created, "failed": len(ordered) - created, "results": ordered})
+
+    @extend_schema(responses={200: JobStatusChangeSerializer(many=True), **ERRORS})
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def history(self, request, pk=None):
+        """The job's status changes, oldest first (append-only audit trail)."""
+        job = self.get_object()
+        changes = job.status_changes.select_related("actor").order_by("changed_at", "id")
+        return Response(JobStatusChangeSerializer(changes, many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("attempt", int, description="Default: latest successful")],
+        responses={200: ExtractionResultSerializer, **ERRORS},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def result(self, request, pk=None):
+        """The extracted result of the latest successful attempt, or of `?attempt=`."""
+        job = self.get_object()
+        results = job.results.order_by("-attempt")
+        attempt = request.query_params.get("attempt")
+        if attempt is not None:
+            if not attempt.isdigit():
+                raise JobValidationError({"attempt": "Must be a positive integer."})
+            results = results.filter(attempt=int(attempt))
+        found = results.first()
+        if found is None:
+            raise NotFound(
+                "This job has no result" + (f" for attempt {attempt}." if attempt else ".")
+            )
+        return Response(ExtractionResultSerializer(found).data)
+
+    @extend_schema(request=JobActionSerializer, responses={200: ExtractionJobSerializer, **ERRORS})
+    @action(detail=True, methods=["post"], filterset_class=None)
+    def cancel(self, request, pk=None):
+        """Cancel an active job (and ask the extractor to drop it)."""
+        job = self.get_object()
+        data = validated(JobActionSerializer, request)
+        job = job_cancel(job_id=job.pk, actor=api_actor(request), reason=data["reason"])
+        return Response(ExtractionJobSerializer(job).data)
+
+    @extend_schema(request=JobRequeueSerializer, responses={200: ExtractionJobSerializer, **ERRORS})
+    @action(detail=True, methods=["post"], filterset_class=None)
+    def requeue(self, request, pk=None):
+        """Run a terminal job again as a new attempt; a succeeded job needs `force`."""
+        job = self.get_object()
+        data = validated(JobRequeueSerializer, request)
+        job = job_requeue(
+            job_id=job.pk, actor=api_actor(request), reason=data["reason"], force=data["force"]
+        )
+        return Response(ExtractionJobSerializer(job).data)
+
+
+def validated(serializer_class, request) -> dict:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def item_error(index: int, body: dict) -> dict:
+    return {"index": index, "status": "error", "job": None, "error": body}
+
+
+def too_large() -> Response:
+    limit = settings.JOBS_UPLOAD_MAX_BYTES
+    return problem(413, "payload_too_large", f"Uploads are limited to {limit} bytes.", limit=limit)
+
+
+@extend_schema(responses={**ERRORS})
+class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
+    """Configured extractors (reference data; keys are never shown)."""
+
+    queryset = Extractor.objects.order_by("slug")
+    serializer_class = ExtractorSerializer
+    permission_classes = [ActionPermission]
+    action_permissions = {
+        "list": "extraction.view_extractor",
+        "retrieve": "extraction.view_extractor",
+    }
+    lookup_field = "slug"
+    pagination_class = None
+
+
+@extend_schema(responses={**ERRORS})
+class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
+    """The lifecycle's statuses (reference data)."""
+
+    queryset = JobStatus.objects.order_by("position")
+    serializer_class = JobStatusSerializer
+    permission_classes = [IsAuthenticated]
+    lookup_field = "code"
+    pagination_class = None
+
+
+@extend_schema(responses={**ERRORS})
+class JobEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The event feed (transactional outbox), oldest first. Page with `after=<last id seen>` or
+    the `next` cursor. Events appear once they are a second old, so ids never arrive out of
+    order."""
+
+    serializer_class = JobEventSerializer
+    permission_classes = [ActionPermission]
+    action_permissions = {"list": "jobtracking.view_extractionjob"}
+    filterset_class = EventFilterSet
+    pagination_class = IdCursorPagination
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return JobEvent.objects.none()
+        settle = timedelta(seconds=settings.JOBS_EVENT_FEED_SETTLE_SECONDS)
+        return event_list(user=self.request.user, settle=settle)
+
+
+class StatsView(APIView):
+    """Counts by status and extractor, success rate and turnaround percentiles over a window
+    (jobs the caller may see)."""
+
+    permission_classes = [ActionPermission]
+    action_permissions = {"GET": "jobtracking.view_extractionjob"}
+
+    @extend_schema(
+        parameters=[OpenApiParameter("window_hours", int, description="1 to 720, default 24")],
+        responses={200: StatsSerializer, **ERRORS},
+    )
+    def get(self, request):
+        raw = request.query_params.get("window_hours", "24")
+        if not raw.isdigit() or not 1 <= int(raw) <= 720:
+            raise JobValidationError({"window_hours": "An integer from 1 to 720."})
+        stats = job_stats(jobs=job_list(user=request.user), window=timedelta(hours=int(raw)))
+        return Response(StatsSerializer(stats).data)
+
+
+class HealthzView(APIView):
+    """Liveness: the process answers. The only anonymous endpoint."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    throttle_classes = []
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        return Response({"status": "ok"})
+
+
+class ReadyzView(APIView):
+    """Readiness: the database answers, a worker cluster and a dispatcher have beaten recently."""
+
+    throttle_classes = []
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT, **ERRORS})
+    def get(self, request):
+        checks = {}
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            checks["database"] = {"ok": True}
+        except Exception as error:  # any failure means not ready; say which kind
+            checks["database"] = {"ok": False, "error": type(error).__name__}
+            return JsonResponse({"ready": False, "checks": checks}, status=503)
+        for kind, within in (("cluster", 180), ("dispatcher", 30)):
+            alive = heartbeats(kind=kind, within=timedelta(seconds=within))
+            checks[kind] = {"ok": bool(alive), "alive": [beat.name for beat in alive]}
+        ready = all(check["ok"] for check in checks.values())
+        return Response({"ready": ready, "checks": checks}, status=200 if ready else 503)

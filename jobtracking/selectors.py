@@ -1,0 +1,74 @@
+"""Reads: what a user may see, and figures about jobs."""
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
+from django.db.models import Count, QuerySet
+from django.utils import timezone
+
+from jobtracking import states
+from jobtracking.models import ExtractionJob, JobEvent, ServiceHeartbeat
+
+VIEW_ALL = "jobtracking.view_all_extractionjobs"
+
+
+def job_list(*, user: AbstractBaseUser) -> QuerySet[ExtractionJob]:
+    """The jobs `user` may see: the ones they requested, or all with the view-all permission."""
+    jobs = ExtractionJob.objects.select_related("extractor", "requested_by")
+    return jobs if user.has_perm(VIEW_ALL) else jobs.filter(requested_by=user)
+
+
+def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEvent]:
+    """Events of the jobs `user` may see, older than `settle` so that ids no longer appear out
+    of commit order."""
+    events = JobEvent.objects.filter(created_at__lte=timezone.now() - settle)
+    return events if user.has_perm(VIEW_ALL) else events.filter(job__requested_by=user)
+
+
+def job_stats(*, jobs: QuerySet[ExtractionJob], window: timedelta) -> dict[str, Any]:
+    """Counts by status and extractor for jobs created in the window; success rate and
+    turnaround percentiles for jobs completed in it."""
+    since = timezone.now() - window
+    created = jobs.filter(created_at__gte=since)
+    by_status = dict(created.order_by().values_list("status").annotate(n=Count("pk")))
+    by_extractor: dict[str, dict[str, int]] = {}
+    for slug, status, n in (
+        created.order_by().values_list("extractor__slug", "status").annotate(n=Count("pk"))
+    ):
+        by_extractor.setdefault(slug, {})[status] = n
+    completed = jobs.filter(completed_at__gte=since)
+    finished = dict(completed.order_by().values_list("status").annotate(n=Count("pk")))
+    judged = sum(finished.get(s, 0) for s in (states.SUCCEEDED, states.FAILED, states.TIMED_OUT))
+    return {
+        "window_hours": window.total_seconds() / 3600,
+        "since": since,
+        "created_by_status": {code: by_status.get(code, 0) for code, *_ in states.STATUSES},
+        "created_by_extractor": by_extractor,
+        "completed": sum(finished.values()),
+        "success_rate": finished.get(states.SUCCEEDED, 0) / judged if judged else None,
+        "turnaround_seconds": _turnaround_percentiles(completed),
+    }
+
+
+def _turnaround_percentiles(completed: QuerySet[ExtractionJob]) -> dict[str, float | None]:
+    names = ("p50", "p90", "p95", "p99")
+    if connection.vendor != "postgresql":
+        return dict.fromkeys(names)
+    sql, params = (
+        completed.filter(status=states.SUCCEEDED).order_by().values("pk").query.sql_with_params()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT percentile_cont(ARRAY[0.5, 0.9, 0.95, 0.99]) WITHIN GROUP "
+            "(ORDER BY EXTRACT(EPOCH FROM j.completed_at - j.created_at)) "
+            f"FROM {ExtractionJob._meta.db_table} j WHERE j.id IN ({sql})",
+            params,
+        )
+        (values,) = cursor.fetchone()
+    return dict(zip(names, values or [None] * len(names), strict=True))
+
+
+def heartbeats(*, kind: str, within: timedelta) -> list[ServiceHeartbeat]:
+    return list(ServiceHeartbeat.objects.filter(kind=kind, beat_at__gte=timezone.now() - within))

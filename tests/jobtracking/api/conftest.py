@@ -1,0 +1,74 @@
+import pytest
+from django.contrib.auth.models import Group, Permission
+from rest_framework.test import APIClient
+
+from jobtracking.api.auth import token_issue
+from tests.factories import ExtractorFactory, UserFactory
+
+
+def client_for(user) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_issue(user=user)}")
+    return client
+
+
+def service_account(username: str, *extra_perms: str):
+    user = UserFactory(username=username)
+    user.groups.add(Group.objects.get(name="API clients"))
+    for codename in extra_perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+@pytest.fixture(autouse=True)
+def _api_settings(settings):
+    settings.JOBS_EVENT_FEED_SETTLE_SECONDS = 0
+    settings.OUTBOUND_ALLOWED_HOSTS = ["files.example.org"]
+
+
+@pytest.fixture
+def owner(db):
+    return service_account("owner")
+
+
+@pytest.fixture
+def api(owner) -> APIClient:
+    return client_for(owner)
+
+
+@pytest.fixture
+def other_api(db) -> APIClient:
+    return client_for(service_account("other"))
+
+
+@pytest.fixture
+def auditor_api(db) -> APIClient:
+    """Holds the view-all permission."""
+    return client_for(service_account("auditor", "view_all_extractionjobs"))
+
+
+@pytest.fixture
+def viewer_api(db) -> APIClient:
+    """May view jobs but not create, cancel or requeue them."""
+    user = UserFactory(username="viewer")
+    user.user_permissions.add(Permission.objects.get(codename="view_extractionjob"))
+    return client_for(user)
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def extractor(db):
+    return ExtractorFactory(slug="sandbox")
+
+
+def assert_problem(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/problem+json")
+    body = response.json()
+    assert (body["status"], body["code"]) == (status, code), body
+    assert body["type"].endswith(code) and body["title"] and "detail" in body
+    return body

@@ -1,0 +1,178 @@
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from jobtracking.models import ExtractionJob, JobStatusChange
+from tests.factories import ExtractionJobFactory, ExtractorFactory
+from tests.jobtracking.api.conftest import assert_problem
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/jobs/"
+
+
+def body(**overrides):
+    return {
+        "extractor": "sandbox",
+        "file_id": "file-1",
+        "file_name": "budget.pdf",
+        "source_url": "https://files.example.org/budget.pdf",
+        "options": {"pages": "1-2"},
+        "metadata": {"grant": "G-7"},
+    } | overrides
+
+
+def test_create_json_returns_201_and_the_job(api, owner, extractor):
+    response = api.post(URL, body(), format="json")
+    assert response.status_code == 201, response.content
+    data = response.json()
+    job = ExtractionJob.objects.get(pk=data["id"])
+    assert (job.requested_by, job.status_id, job.file_id) == (owner, "pending", "file-1")
+    assert data["status"] == "pending" and data["extractor"] == "sandbox"
+    assert data["metadata"] == {"grant": "G-7"} and data["error"] is None
+    assert data["links"]["history"] == f"/api/v1/jobs/{job.pk}/history/"
+    assert JobStatusChange.objects.get(job=job).actor_type == "api"
+
+
+def test_create_multipart_upload_stores_the_file(api, extractor, settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path
+    upload = SimpleUploadedFile("report.txt", b"Total: 5\n", content_type="text/plain")
+    response = api.post(
+        URL, {"extractor": "sandbox", "file_id": "f", "file": upload, "metadata": '{"a": 1}'}
+    )
+    assert response.status_code == 201, response.content
+    job = ExtractionJob.objects.get(pk=response.json()["id"])
+    assert (job.file_name, job.content_type, job.file_size) == ("report.txt", "text/plain", 9)
+    assert job.metadata == {"a": 1}
+    assert job.upload.read() == b"Total: 5\n"
+
+
+def test_create_idempotent_replay_returns_the_original_job(api, extractor):
+    first = api.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    again = api.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert ExtractionJob.objects.count() == 1
+
+
+def test_create_same_key_with_a_different_body_is_refused(api, extractor):
+    api.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    response = api.post(URL, body(file_id="other"), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert_problem(response, 422, "idempotency_key_reused")
+    assert ExtractionJob.objects.count() == 1
+
+
+def test_create_idempotency_keys_are_per_client(api, other_api, extractor):
+    api.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    ExtractionJob.objects.update(status_id="failed")
+    response = other_api.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert response.status_code == 201
+
+
+def test_create_conflict_with_an_active_job_names_it(api, extractor):
+    active = ExtractionJobFactory(extractor=extractor, file_id="file-1")
+    response = api.post(URL, body(), format="json")
+    problem = assert_problem(response, 409, "active_job_exists")
+    assert problem["job_id"] == str(active.pk)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"extractor": "nope"}, "extractor"),
+        ({"file_id": ""}, "file_id"),
+        ({"source_url": "ftp://files.example.org/a.pdf"}, "source_url"),
+        ({"source_url": "http://127.0.0.1/a.pdf"}, "source_url"),
+        ({"source_url": "http://10.1.2.3/a.pdf"}, "source_url"),
+        ({"source_url": "http://169.254.169.254/latest/meta-data"}, "source_url"),
+        ({"source_url": "http://[::1]/a.pdf"}, "source_url"),
+        ({"source_url": "https://user:pw@files.example.org/a.pdf"}, "source_url"),
+        ({"options": ["pages"]}, "options"),
+        ({"metadata": {"blob": "x" * 9000}}, "metadata"),
+        ({"file_sha256": "XYZ"}, "file_sha256"),
+    ],
+)
+def test_create_bad_input_gives_field_errors_and_creates_nothing(api, extractor, overrides, field):
+    response = api.post(URL, body(**overrides), format="json")
+    problem = assert_problem(response, 400, "validation_error")
+    assert field in problem["errors"]
+    assert not ExtractionJob.objects.exists()
+
+
+def test_create_without_any_source_is_refused(api, extractor):
+    payload = body()
+    del payload["source_url"]
+    problem = assert_problem(api.post(URL, payload, format="json"), 400, "validation_error")
+    assert "source_url" in problem["errors"]
+
+
+def test_create_on_a_disabled_extractor_is_refused(api):
+    ExtractorFactory(slug="off", disabled=True)
+    problem = assert_problem(
+        api.post(URL, body(extractor="off"), format="json"), 400, "validation_error"
+    )
+    assert "disabled" in problem["errors"]["extractor"][0]
+
+
+def test_create_upload_too_large_is_413(api, extractor, settings):
+    settings.JOBS_UPLOAD_MAX_BYTES = 10
+    upload = SimpleUploadedFile("a.txt", b"x" * 11, content_type="text/plain")
+    response = api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload})
+    assert_problem(response, 413, "payload_too_large")
+    assert not ExtractionJob.objects.exists()
+
+
+def test_create_upload_of_a_refused_type_is_415(api, extractor):
+    upload = SimpleUploadedFile("a.exe", b"MZ\x90\x00", content_type="application/x-msdownload")
+    response = api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload})
+    assert_problem(response, 415, "unsupported_media_type")
+
+
+def test_create_empty_upload_is_refused(api, extractor):
+    upload = SimpleUploadedFile("a.txt", b"", content_type="text/plain")
+    problem = assert_problem(
+        api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload}),
+        400,
+        "validation_error",
+    )
+    assert "file" in problem["errors"]
+
+
+def test_create_with_an_unsupported_body_type_is_415(api, extractor):
+    response = api.post(URL, "<job/>", content_type="application/xml")
+    assert_problem(response, 415, "unsupported_media_type")
+
+
+def test_create_with_malformed_json_is_400(api, extractor):
+    response = api.post(URL, '{"extractor": ', content_type="application/json")
+    assert_problem(response, 400, "parse_error")
+
+
+def test_create_needs_the_add_permission(viewer_api, extractor):
+    assert_problem(viewer_api.post(URL, body(), format="json"), 403, "permission_denied")
+
+
+def test_bulk_create_reports_each_item(api, extractor, django_assert_max_num_queries):
+    ExtractionJobFactory(extractor=extractor, file_id="busy")
+    items = [body(file_id=f"bulk-{n}") for n in range(50)]
+    items += [body(file_id="busy"), body(file_id="bad", source_url="http://10.0.0.1/x")]
+    items += [body(file_id="bulk-0")]  # a duplicate within the batch
+    with django_assert_max_num_queries(20):
+        response = api.post(URL + "bulk/", {"jobs": items}, format="json")
+    assert response.status_code == 200, response.content
+    data = response.json()
+    assert (data["created"], data["failed"]) == (50, 3)
+    outcomes = {item["index"]: item for item in data["results"]}
+    assert outcomes[0]["status"] == "created" and outcomes[0]["job"]["file_id"] == "bulk-0"
+    assert outcomes[50]["error"]["code"] == "active_job_exists"
+    assert outcomes[51]["error"]["code"] == "validation_error"
+    assert outcomes[52]["error"]["code"] == "active_job_exists"
+    assert ExtractionJob.objects.filter(file_id__startswith="bulk-").count() == 50
+    assert JobStatusChange.objects.filter(job__file_id__startswith="bulk-").count() == 50
+
+
+def test_bulk_create_refuses_more_than_the_limit(api, extractor):
+    items = [body(file_id=f"b{n}") for n in range(501)]
+    problem = assert_problem(
+        api.post(URL + "bulk/", {"jobs": items}, format="json"), 400, "validation_error"
+    )
+    assert "jobs" in problem["errors"]
+    assert not ExtractionJob.objects.exists()
