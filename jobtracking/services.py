@@ -364,7 +364,7 @@ def job_transition(
         if expected_from is not None and from_status not in expected_from:
             raise JobMovedOnError(
                 f"Job {job.id} is {from_status}, not {'/'.join(sorted(expected_from))}.",
-                status=from_status,
+                current_status=from_status,
             )
         if not states.is_allowed(from_status, to_status, force=force):
             error = (
@@ -373,7 +373,8 @@ def job_transition(
                 else InvalidTransitionError
             )
             raise error(
-                f"Job {job.id} cannot go from {from_status} to {to_status}.", status=from_status
+                f"Job {job.id} cannot go from {from_status} to {to_status}.",
+                current_status=from_status,
             )
 
         now = timezone.now()

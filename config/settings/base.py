@@ -204,6 +204,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Jobs that send one file to an external extractor, their history and results.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Nothing is anonymous but /healthz: log in to the admin (session) or send a token.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from jobtracking.errors import ApplicationError, JobValidationError
@@ -31,13 +32,14 @@ TITLES = {
 
 
 def problem_body(status_code: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
+    # The standard members come last so that no extra member can replace them.
     return {
+        **extra,
         "type": PROBLEM_TYPE + code,
         "title": TITLES.get(status_code, "Error"),
         "status": status_code,
         "code": code,
         "detail": detail,
-        **extra,
     }
 
 
@@ -57,6 +59,16 @@ def _field_errors(detail: Any) -> dict[str, Any]:
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = _problem_for(exc)
+    request = context.get("request")
+    if response is not None and request is not None:
+        # Errors are JSON whatever the endpoint renders otherwise (YAML schema, HTML forms).
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = "application/problem+json"
+    return response
+
+
+def _problem_for(exc: Exception) -> Response | None:
     if isinstance(exc, JobValidationError):
         return problem(400, exc.code, exc.message, errors=exc.fields)
     if isinstance(exc, ApplicationError):

@@ -3,11 +3,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
+from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
@@ -77,6 +79,8 @@ class ExtractionJobViewSet(
     permission_classes = [ActionPermission]
     action_permissions = JOB_ACTIONS
     filterset_class = JobFilterSet
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    ordering_fields = ["created_at", "updated_at"]
     pagination_class = CreatedAtCursorPagination
     parser_classes = [JSONParser, MultiPartParser, FormParser]
     lookup_value_regex = "[0-9a-fA-F-]{36}"

@@ -1,0 +1,346 @@
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from jobtracking.models import ExtractionJob, JobEvent, ServiceHeartbeat
+from jobtracking.services import Actor, job_cancel, job_create
+from tests.factories import (
+    ExtractionJobFactory,
+    ExtractionResultFactory,
+    ExtractorFactory,
+    UserFactory,
+)
+from tests.jobtracking.api.conftest import assert_problem, client_for
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/jobs/"
+
+
+def ids(response) -> set[str]:
+    assert response.status_code == 200, response.content
+    return {job["id"] for job in response.json()["results"]}
+
+
+@pytest.fixture
+def jobs(owner, extractor):
+    """A small fleet of the owner's jobs and one of somebody else's."""
+    now = timezone.now()
+    return {
+        "pending": ExtractionJobFactory(requested_by=owner, extractor=extractor, file_id="a-1"),
+        "failed": ExtractionJobFactory(
+            requested_by=owner,
+            extractor=extractor,
+            failed=True,
+            file_id="b-2",
+            file_name="budget-2024.pdf",
+            external_job_id="ext-77",
+            created_at=now - timedelta(days=3),
+            completed_at=now - timedelta(days=2),
+        ),
+        "succeeded": ExtractionJobFactory(
+            requested_by=owner,
+            extractor=ExtractorFactory(slug="azure", azure=True),
+            succeeded=True,
+            file_id="c-3",
+            created_at=now - timedelta(hours=2),
+            completed_at=now - timedelta(hours=1),
+        ),
+        "foreign": ExtractionJobFactory(requested_by=UserFactory(), extractor=extractor),
+    }
+
+
+# Permissions
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        URL,
+        URL + "bulk/",
+        "/api/v1/extractors/",
+        "/api/v1/statuses/",
+        "/api/v1/events/",
+        "/api/v1/stats/",
+        "/readyz",
+        "/api/schema/",
+    ],
+)
+def test_nothing_is_anonymous(anonymous, path):
+    response = anonymous.get(path)
+    assert_problem(response, 401, "not_authenticated")
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_healthz_is_the_one_anonymous_endpoint(anonymous):
+    assert anonymous.get("/healthz").json() == {"status": "ok"}
+
+
+def test_a_wrong_token_is_refused(anonymous):
+    anonymous.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    assert_problem(anonymous.get(URL), 401, "authentication_failed")
+
+
+def test_list_shows_a_client_only_its_own_jobs(api, jobs):
+    assert ids(api.get(URL)) == {str(jobs[k].pk) for k in ("pending", "failed", "succeeded")}
+
+
+def test_list_shows_everything_to_a_view_all_client(auditor_api, jobs):
+    assert ids(auditor_api.get(URL)) == {str(job.pk) for job in jobs.values()}
+
+
+def test_staff_without_permissions_sees_nothing(jobs):
+    staff = client_for(UserFactory(username="staff", is_staff=True))
+    assert_problem(staff.get(URL), 403, "permission_denied")
+
+
+def test_superuser_sees_everything(jobs):
+    root = client_for(UserFactory(username="root", is_superuser=True))
+    assert len(ids(root.get(URL))) == 4
+
+
+def test_another_clients_job_is_not_found(other_api, jobs):
+    assert_problem(other_api.get(f"{URL}{jobs['pending'].pk}/"), 404, "not_found")
+
+
+def test_retrieve_returns_durations_and_error(api, jobs):
+    data = api.get(f"{URL}{jobs['failed'].pk}/").json()
+    assert data["error"] == {"code": "extraction_failed", "message": "The document is corrupt."}
+    assert data["durations"]["turnaround_seconds"] == pytest.approx(86400, abs=1)
+
+
+def test_retrieve_with_a_malformed_id_is_a_json_404(api):
+    response = api.get(URL + "not-a-uuid/")
+    assert_problem(response, 404, "not_found")
+
+
+# Filters, search, ordering, pagination
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status=pending", {"pending"}),
+        ("status=pending&status=failed", {"pending", "failed"}),
+        ("extractor=azure", {"succeeded"}),
+        ("file_id=b-2", {"failed"}),
+        ("external_job_id=ext-77", {"failed"}),
+        ("error_code=extraction_failed", {"failed"}),
+        ("requested_by=owner", {"pending", "failed", "succeeded"}),
+        ("created_before={days_ago_1}", {"failed"}),
+        ("created_after={days_ago_1}", {"pending", "succeeded"}),
+        ("completed_after={days_ago_1}", {"succeeded"}),
+        ("completed_before={days_ago_1}", {"failed"}),
+        ("search=b-2", {"failed"}),
+        ("search=budget-20", {"failed"}),
+        ("search=ext-77", {"failed"}),
+    ],
+)
+def test_list_filters(api, jobs, query, expected):
+    days_ago_1 = (timezone.now() - timedelta(days=1)).isoformat().replace("+00:00", "Z")
+    response = api.get(URL + "?" + query.format(days_ago_1=days_ago_1))
+    assert ids(response) == {str(jobs[name].pk) for name in expected}
+
+
+def test_list_search_by_job_id(api, jobs):
+    assert ids(api.get(f"{URL}?search={jobs['pending'].pk}")) == {str(jobs["pending"].pk)}
+
+
+def test_list_refuses_an_unknown_status(api, jobs):
+    problem = assert_problem(api.get(URL + "?status=nope"), 400, "validation_error")
+    assert "status" in problem["errors"]
+
+
+def test_list_pages_by_cursor_newest_first(api, owner, extractor):
+    made = ExtractionJobFactory.create_batch(7, requested_by=owner, extractor=extractor)
+    seen, url = [], URL + "?page_size=3"
+    while url:
+        page = api.get(url).json()
+        seen += [job["id"] for job in page["results"]]
+        url = page["next"]
+    expected = sorted(made, key=lambda job: job.created_at, reverse=True)
+    assert seen == [str(job.pk) for job in expected]
+
+
+def test_list_orders_by_an_allowed_field_only(api, owner, extractor):
+    ExtractionJobFactory.create_batch(3, requested_by=owner, extractor=extractor)
+    oldest_first = api.get(URL + "?ordering=created_at").json()["results"]
+    assert [j["created_at"] for j in oldest_first] == sorted(j["created_at"] for j in oldest_first)
+    assert api.get(URL + "?ordering=file_sha256").status_code == 200  # ignored, not an error
+
+
+def test_list_page_size_is_capped(api, owner, extractor):
+    ExtractionJobFactory.create_batch(3, requested_by=owner, extractor=extractor)
+    assert len(api.get(URL + "?page_size=100000").json()["results"]) == 3
+
+
+def test_list_query_count_does_not_grow_with_the_page(
+    api, owner, extractor, django_assert_max_num_queries
+):
+    ExtractionJobFactory.create_batch(40, requested_by=owner, extractor=extractor)
+    with django_assert_max_num_queries(6):
+        response = api.get(URL + "?page_size=40")
+    assert len(response.json()["results"]) == 40
+
+
+# History, result, cancel, requeue
+
+
+def test_history_lists_the_status_changes_in_order(api, owner, extractor):
+    job = job_create(
+        extractor=extractor,
+        actor=Actor("api", owner),
+        file_id="h",
+        source_url="https://files.example.org/h.pdf",
+    )
+    job_cancel(job_id=job.pk, actor=Actor("api", owner), reason="changed my mind")
+    history = api.get(f"{URL}{job.pk}/history/").json()
+    assert [(h["from_status"], h["to_status"]) for h in history] == [
+        (None, "pending"),
+        ("pending", "cancelled"),
+    ]
+    assert history[1]["reason"] == "changed my mind" and history[1]["actor"] == "owner"
+
+
+def test_result_returns_the_latest_attempt_or_the_one_asked(api, owner):
+    job = ExtractionJobFactory(requested_by=owner, succeeded=True, attempt=2)
+    ExtractionResultFactory(job=job, attempt=1, payload={"n": 1})
+    ExtractionResultFactory(job=job, attempt=2, payload={"n": 2})
+    assert api.get(f"{URL}{job.pk}/result/").json()["payload"] == {"n": 2}
+    assert api.get(f"{URL}{job.pk}/result/?attempt=1").json()["payload"] == {"n": 1}
+    assert_problem(api.get(f"{URL}{job.pk}/result/?attempt=9"), 404, "not_found")
+    assert_problem(api.get(f"{URL}{job.pk}/result/?attempt=x"), 400, "validation_error")
+
+
+def test_result_of_a_job_without_one_is_404(api, jobs):
+    assert_problem(api.get(f"{URL}{jobs['pending'].pk}/result/"), 404, "not_found")
+
+
+def test_cancel_records_the_client_and_reason(api, owner, jobs):
+    response = api.post(f"{URL}{jobs['pending'].pk}/cancel/", {"reason": "dup"}, format="json")
+    assert response.json()["status"] == "cancelled"
+    change = jobs["pending"].status_changes.get()
+    assert (change.actor, change.actor_type, change.reason) == (owner, "api", "dup")
+
+
+def test_cancel_of_a_terminal_job_is_409(api, jobs):
+    assert_problem(api.post(f"{URL}{jobs['failed'].pk}/cancel/"), 409, "invalid_transition")
+
+
+def test_cancel_and_requeue_need_their_permissions(viewer_api, jobs):
+    viewer = viewer_api
+    viewer_user = UserFactory(username="viewer")
+    viewer_user.user_permissions.add(Permission.objects.get(codename="view_all_extractionjobs"))
+    assert_problem(viewer.post(f"{URL}{jobs['pending'].pk}/cancel/"), 403, "permission_denied")
+    assert_problem(viewer.post(f"{URL}{jobs['failed'].pk}/requeue/"), 403, "permission_denied")
+    assert ExtractionJob.objects.get(pk=jobs["pending"].pk).status_id == "pending"
+
+
+def test_requeue_of_a_failed_job_starts_attempt_two(api, jobs):
+    data = api.post(f"{URL}{jobs['failed'].pk}/requeue/", {"reason": "fixed"}, format="json")
+    assert (data.json()["status"], data.json()["attempt"]) == ("pending", 2)
+
+
+def test_requeue_of_a_succeeded_job_needs_force(api, jobs):
+    url = f"{URL}{jobs['succeeded'].pk}/requeue/"
+    assert_problem(api.post(url, {}, format="json"), 409, "force_required")
+    assert api.post(url, {"force": True}, format="json").json()["attempt"] == 2
+
+
+# Reference data, events, stats, readiness
+
+
+def test_extractors_never_show_keys_or_their_variables(api, extractor):
+    data = api.get("/api/v1/extractors/").json()
+    assert data[0]["slug"] == "sandbox"
+    assert "api_key_env" not in data[0] and "base_url" not in data[0]
+
+
+def test_statuses_lists_the_eight_statuses(api):
+    data = api.get("/api/v1/statuses/").json()
+    assert [s["code"] for s in data][:2] == ["pending", "submitting"] and len(data) == 8
+
+
+def test_events_feed_pages_by_cursor_and_after(api, owner, other_api, extractor):
+    actor = Actor("api", owner)
+    made = [
+        job_create(
+            extractor=extractor,
+            actor=actor,
+            file_id=f"e{n}",
+            source_url="https://files.example.org/e.pdf",
+        )
+        for n in range(5)
+    ]
+    job_cancel(job_id=made[0].pk, actor=actor)
+    seen, url = [], "/api/v1/events/?page_size=2"
+    while url:
+        page = api.get(url).json()
+        seen += [(e["type"], e["job"]) for e in page["results"]]
+        url = page["next"]
+    assert len(seen) == 6 and seen[-1] == ("job.cancelled", str(made[0].pk))
+    last_created = JobEvent.objects.filter(type="job.created").order_by("id").last().id
+    after = api.get(f"/api/v1/events/?after={last_created}").json()["results"]
+    assert [e["type"] for e in after] == ["job.cancelled"]
+    only_type = api.get("/api/v1/events/?type=job.cancelled").json()["results"]
+    assert len(only_type) == 1
+    assert other_api.get("/api/v1/events/").json()["results"] == []
+
+
+def test_events_feed_hides_events_younger_than_the_settle_window(api, owner, extractor, settings):
+    settings.JOBS_EVENT_FEED_SETTLE_SECONDS = 60
+    job_create(
+        extractor=extractor,
+        actor=Actor("api", owner),
+        file_id="new",
+        source_url="https://files.example.org/e.pdf",
+    )
+    assert api.get("/api/v1/events/").json()["results"] == []
+
+
+def test_stats_counts_rates_and_percentiles(api, jobs):
+    data = api.get("/api/v1/stats/?window_hours=24").json()
+    assert data["created_by_status"]["pending"] == 1
+    assert data["created_by_status"]["succeeded"] == 1
+    assert data["created_by_extractor"] == {"sandbox": {"pending": 1}, "azure": {"succeeded": 1}}
+    assert data["completed"] == 1 and data["success_rate"] == 1.0
+    assert data["turnaround_seconds"]["p50"] == pytest.approx(3600, abs=1)
+    assert_problem(api.get("/api/v1/stats/?window_hours=0"), 400, "validation_error")
+
+
+def test_readyz_needs_recent_heartbeats(api):
+    response = api.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["database"]["ok"] is True
+    for kind in ("cluster", "dispatcher"):
+        ServiceHeartbeat.objects.create(name=f"{kind}@test", kind=kind, beat_at=timezone.now())
+    assert api.get("/readyz").json()["ready"] is True
+
+
+# One error shape
+
+
+def test_unknown_route_is_a_problem(api):
+    response = api.get("/api/v1/nothing-here/")
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+def test_wrong_method_is_405(api, jobs):
+    assert_problem(api.delete(f"{URL}{jobs['pending'].pk}/"), 405, "method_not_allowed")
+
+
+def test_throttling_is_429_with_retry_after(api, settings):
+    from rest_framework.throttling import UserRateThrottle
+
+    original = UserRateThrottle.THROTTLE_RATES
+    UserRateThrottle.THROTTLE_RATES = {"user": "2/min"}
+    try:
+        api.get("/api/v1/statuses/")
+        api.get("/api/v1/statuses/")
+        response = api.get("/api/v1/statuses/")
+    finally:
+        UserRateThrottle.THROTTLE_RATES = original
+    assert_problem(response, 429, "throttled")
+    assert int(response["Retry-After"]) > 0
