@@ -213,6 +213,9 @@ class JsonObjectField(serializers.JSONField):
         value = super().to_internal_value(data)
         if not isinstance(value, dict):
             raise serializers.ValidationError("Must be a JSON object.")
+        if "\\u0000" in json.dumps(value):
+            # PostgreSQL's jsonb cannot hold a null character.
+            raise serializers.ValidationError("Null characters are not allowed.")
         return value
 
 
@@ -221,6 +224,8 @@ class ExtractorField(serializers.SlugRelatedField):
     context as `extractors`."""
 
     def to_internal_value(self, data):
+        if isinstance(data, str) and "\x00" in data:
+            raise serializers.ValidationError("Null characters are not allowed.")
         known = self.context.get("extractors", {})
         if isinstance(data, str) and data in known:
             return known[data]

@@ -5,7 +5,7 @@ from django.db import connection
 from django.http import JsonResponse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -46,8 +46,6 @@ from jobtracking.services import (
     job_requeue,
 )
 
-PROBLEM = OpenApiResponse(description="Problem details (RFC 9457)")
-ERRORS = {code: PROBLEM for code in (400, 401, 403, 404, 409, 413, 415, 422, 429)}
 MAX_PAGE_SIZE = 500
 
 
@@ -69,7 +67,6 @@ def api_actor(request) -> Actor:
     return Actor(ActorType.API, request.user)
 
 
-@extend_schema(responses={**ERRORS})
 class ExtractionJobViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
@@ -103,7 +100,7 @@ class ExtractionJobViewSet(
                 description="Replays with the same key and body return the original job.",
             )
         ],
-        responses={201: ExtractionJobSerializer, 200: ExtractionJobSerializer, **ERRORS},
+        responses={201: ExtractionJobSerializer, 200: ExtractionJobSerializer},
     )
     def create(self, request):
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -141,7 +138,7 @@ class ExtractionJobViewSet(
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 
-    @extend_schema(request=BulkCreateSerializer, responses={200: BulkResultSerializer, **ERRORS})
+    @extend_schema(request=BulkCreateSerializer, responses={200: BulkResultSerializer})
     @action(detail=False, methods=["post"], parser_classes=[JSONParser])
     def bulk(self, request):
         """Create up to 500 jobs (URL sources) in one transaction; each item has its outcome."""
@@ -179,7 +176,7 @@ class ExtractionJobViewSet(
         created = sum(1 for item in ordered if item["status"] == "created")
         return Response({"created": created, "failed": len(ordered) - created, "results": ordered})
 
-    @extend_schema(responses={200: JobStatusChangeSerializer(many=True), **ERRORS})
+    @extend_schema(responses={200: JobStatusChangeSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
     def history(self, request, pk=None):
         """The job's status changes, oldest first (append-only audit trail)."""
@@ -189,7 +186,7 @@ class ExtractionJobViewSet(
 
     @extend_schema(
         parameters=[OpenApiParameter("attempt", int, description="Default: latest successful")],
-        responses={200: ExtractionResultSerializer, **ERRORS},
+        responses={200: ExtractionResultSerializer},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
     def result(self, request, pk=None):
@@ -208,7 +205,7 @@ class ExtractionJobViewSet(
             )
         return Response(ExtractionResultSerializer(found).data)
 
-    @extend_schema(request=JobActionSerializer, responses={200: ExtractionJobSerializer, **ERRORS})
+    @extend_schema(request=JobActionSerializer, responses={200: ExtractionJobSerializer})
     @action(detail=True, methods=["post"], filterset_class=None)
     def cancel(self, request, pk=None):
         """Cancel an active job (and ask the extractor to drop it)."""
@@ -217,7 +214,7 @@ class ExtractionJobViewSet(
         job = job_cancel(job_id=job.pk, actor=api_actor(request), reason=data["reason"])
         return Response(ExtractionJobSerializer(job).data)
 
-    @extend_schema(request=JobRequeueSerializer, responses={200: ExtractionJobSerializer, **ERRORS})
+    @extend_schema(request=JobRequeueSerializer, responses={200: ExtractionJobSerializer})
     @action(detail=True, methods=["post"], filterset_class=None)
     def requeue(self, request, pk=None):
         """Run a terminal job again as a new attempt; a succeeded job needs `force`."""
@@ -244,7 +241,6 @@ def too_large() -> Response:
     return problem(413, "payload_too_large", f"Uploads are limited to {limit} bytes.", limit=limit)
 
 
-@extend_schema(responses={**ERRORS})
 class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
     """Configured extractors (reference data; keys are never shown)."""
 
@@ -259,7 +255,6 @@ class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = None
 
 
-@extend_schema(responses={**ERRORS})
 class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
     """The lifecycle's statuses (reference data)."""
 
@@ -270,7 +265,6 @@ class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = None
 
 
-@extend_schema(responses={**ERRORS})
 class JobEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """The event feed (transactional outbox), oldest first. Page with `after=<last id seen>` or
     the `next` cursor. Events appear once they are a second old, so ids never arrive out of
@@ -298,7 +292,7 @@ class StatsView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("window_hours", int, description="1 to 720, default 24")],
-        responses={200: StatsSerializer, **ERRORS},
+        responses={200: StatsSerializer},
     )
     def get(self, request):
         raw = request.query_params.get("window_hours", "24")
@@ -325,7 +319,7 @@ class ReadyzView(APIView):
 
     throttle_classes = []
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT, **ERRORS})
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT})
     def get(self, request):
         checks = {}
         try:

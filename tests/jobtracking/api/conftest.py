@@ -1,5 +1,5 @@
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 from jobtracking.api.auth import token_issue
@@ -12,10 +12,20 @@ def client_for(user) -> APIClient:
     return client
 
 
+CLIENT_PERMISSIONS = (
+    "view_extractionjob",
+    "add_extractionjob",
+    "cancel_extractionjob",
+    "requeue_extractionjob",
+    "view_extractor",
+)
+
+
 def service_account(username: str, *extra_perms: str):
+    """A client with the permissions of the "API clients" group (given directly, since
+    transactional tests flush the group the migration creates)."""
     user = UserFactory(username=username)
-    user.groups.add(Group.objects.get(name="API clients"))
-    for codename in extra_perms:
+    for codename in (*CLIENT_PERMISSIONS, *extra_perms):
         user.user_permissions.add(Permission.objects.get(codename=codename))
     return user
 

@@ -88,6 +88,9 @@ def test_create_conflict_with_an_active_job_names_it(api, extractor):
         ({"options": ["pages"]}, "options"),
         ({"metadata": {"blob": "x" * 9000}}, "metadata"),
         ({"file_sha256": "XYZ"}, "file_sha256"),
+        ({"extractor": "sand\x00box"}, "extractor"),
+        ({"file_id": "a\x00b"}, "file_id"),
+        ({"metadata": {"k": "nul\x00here"}}, "metadata"),
     ],
 )
 def test_create_bad_input_gives_field_errors_and_creates_nothing(api, extractor, overrides, field):

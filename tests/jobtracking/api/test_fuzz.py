@@ -1,0 +1,60 @@
+"""Schemathesis against the live OpenAPI document: no 5xx, no response outside the schema."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobtracking.api.auth import token_issue
+from tests.factories import ExtractionJobFactory, ExtractorFactory
+from tests.jobtracking.api.conftest import service_account
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "response_schema_conformance",
+        "content_type_conformance",
+        "status_code_conformance",
+    ]
+)
+
+
+@pytest.mark.usefixtures("seeded_statuses")
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(
+    live_server, settings, tmp_path
+):
+    settings.OUTBOUND_ALLOWED_HOSTS = ["files.example.org"]
+    user = service_account("fuzzer", "view_all_extractionjobs")
+    extractor = ExtractorFactory(slug="sandbox")
+    ExtractionJobFactory.create_batch(3, requested_by=user, extractor=extractor)
+    ExtractionJobFactory(requested_by=user, extractor=extractor, failed=True)
+    token = token_issue(user=user)
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "schemathesis"),
+            "run",
+            f"{live_server.url}/api/schema/?format=json",
+            "--header",
+            f"Authorization: Token {token}",
+            "--checks",
+            CHECKS,
+            "--max-examples",
+            "15",
+            "--seed",
+            "1",
+            "--phases",
+            "examples,coverage,fuzzing",
+            # /readyz answers 503 on purpose here (no worker heartbeats in this test).
+            "--exclude-path",
+            "/readyz",
+            "--report-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
