@@ -26,6 +26,7 @@ lint: install
 bench: install
 	.ci/with_postgres.sh $(PY) -m bench.dispatcher
 	.ci/with_postgres.sh $(PY) -m bench.engine
+	.ci/with_postgres.sh $(PY) -m bench.api
 
 run: install
 	$(PY) manage.py migrate --no-input

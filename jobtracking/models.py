@@ -137,6 +137,10 @@ class ExtractionJob(models.Model):
             models.Index(fields=["-completed_at"], name="job_completed_idx"),
             models.Index(fields=["error_code", "-created_at"], name="job_error_created_idx"),
             models.Index(fields=["file_id"], name="job_file_id_idx"),
+            # Prefix search on file names (LIKE 'abc%') needs the pattern operator class.
+            models.Index(
+                fields=["file_name"], opclasses=["varchar_pattern_ops"], name="job_file_name_idx"
+            ),
             models.Index(fields=["external_job_id"], name="job_external_id_idx"),
             models.Index(fields=["requested_by", "-created_at"], name="job_requester_created_idx"),
         ]

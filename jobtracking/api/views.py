@@ -8,7 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -33,6 +33,7 @@ from jobtracking.api.serializers import (
     JobStatusChangeSerializer,
     JobStatusSerializer,
     StatsSerializer,
+    job_fields,
 )
 from jobtracking.errors import JobValidationError
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatus
@@ -129,10 +130,13 @@ class ExtractionJobViewSet(
                 idempotency_key=key,
                 request_fingerprint=serializer.fingerprint(),
                 actor=api_actor(request),
-                **serializer.service_fields(),
+                **job_fields(serializer.validated_data),
             )
         else:
-            job, created = job_create(actor=api_actor(request), **serializer.service_fields()), True
+            job, created = (
+                job_create(actor=api_actor(request), **job_fields(serializer.validated_data)),
+                True,
+            )
         return Response(
             ExtractionJobSerializer(job).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
@@ -147,24 +151,28 @@ class ExtractionJobViewSet(
         items = envelope.validated_data["jobs"]
         slugs = {item.get("extractor") for item in items if isinstance(item.get("extractor"), str)}
         context = {"extractors": {e.slug: e for e in Extractor.objects.filter(slug__in=slugs)}}
+        # One serializer validates every item: its fields are built once, not per item.
+        checker = ExtractionJobCreateSerializer(context=context)
         valid, results = [], {}
         for index, item in enumerate(items):
-            serializer = ExtractionJobCreateSerializer(data=item, context=context)
-            if serializer.is_valid() and "file" not in item:
-                valid.append((index, serializer.service_fields()))
-            else:
-                errors = serializer.errors or {"file": ["Bulk create takes source_url only."]}
-                results[index] = item_error(
-                    index,
-                    problem_body(400, "validation_error", "The item is invalid.", errors=errors),
+            try:
+                if "file" in item:
+                    raise ValidationError({"file": ["Bulk create takes source_url only."]})
+                valid.append((index, job_fields(checker.run_validation(item))))
+            except ValidationError as error:
+                body = problem_body(
+                    400, "validation_error", "The item is invalid.", errors=error.detail
                 )
+                results[index] = item_error(index, body)
         outcomes = job_create_many(items=[fields for _, fields in valid], actor=api_actor(request))
+        created = [outcome.job for outcome in outcomes if outcome.job is not None]
+        rendered = iter(ExtractionJobSerializer(created, many=True).data)
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             if outcome.job is not None:
                 results[index] = {
                     "index": index,
                     "status": "created",
-                    "job": ExtractionJobSerializer(outcome.job).data,
+                    "job": next(rendered),
                     "error": None,
                 }
             else:
