@@ -1,5 +1,5 @@
 """The dispatcher: the safety net and the poller. It claims jobs whose due_at has passed and
-enqueues a `process_job` task for each.
+enqueues a `process_job` task for each, and likewise webhook deliveries whose retry is due.
 
 Claiming uses `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL, so several dispatchers on several
 machines never claim the same job, and the query walks the partial index of active jobs' due_at,
@@ -20,8 +20,8 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.utils import timezone
 
 from jobtracking import states
-from jobtracking.models import ExtractionJob
-from jobtracking.queue import enqueue_process
+from jobtracking.models import DeliveryState, ExtractionJob, WebhookDelivery
+from jobtracking.queue import enqueue_delivery, enqueue_process
 from jobtracking.tasks import beat
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,20 @@ def claim_due_jobs(*, batch_size: int, lease: timedelta) -> list[UUID]:
         if ids:
             ExtractionJob.objects.filter(pk__in=ids).update(claimed_at=now, due_at=now + lease)
             transaction.on_commit(lambda: [enqueue_process(pk) for pk in ids])
+    return ids
+
+
+def claim_due_deliveries(*, batch_size: int, lease: timedelta) -> list[int]:
+    """The same for webhook deliveries whose next attempt is due."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = WebhookDelivery.objects.filter(state=DeliveryState.PENDING, next_attempt_at__lte=now)
+        if connection.features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        ids = list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:batch_size])
+        if ids:
+            WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + lease)
+            transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in ids])
     return ids
 
 
@@ -82,6 +96,7 @@ class Dispatcher:
 
     def tick(self) -> int:
         claimed = len(claim_due_jobs(batch_size=self.batch_size, lease=self.lease))
+        claimed += len(claim_due_deliveries(batch_size=self.batch_size, lease=self.lease))
         self.claimed_total += claimed
         if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:
             beat("dispatcher", self.name, claimed_total=self.claimed_total)

@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -7,6 +8,7 @@ from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.ids import uuid7
+from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
 ACTIVE_STATUS = Q(status__in=sorted(states.ACTIVE))
 
@@ -275,6 +277,15 @@ class WebhookSubscription(models.Model):
 
     def __str__(self) -> str:
         return self.url
+
+    def clean(self) -> None:
+        try:
+            check_public_url(self.url)
+        except UnsafeURLError as error:
+            raise ValidationError({"url": error.message}) from None
+        unknown = set(self.event_types or []) - set(states.EVENT_TYPES)
+        if unknown:
+            raise ValidationError({"event_types": f"Unknown event types: {sorted(unknown)}"})
 
 
 class DeliveryState(models.TextChoices):

@@ -49,6 +49,7 @@ from jobtracking.models import (
     JobStatusChange,
 )
 from jobtracking.queue import enqueue_cancel_at_extractor, enqueue_process
+from jobtracking.webhooks import deliveries_fan_out
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,10 @@ def _record(
     )
     event_type = states.event_type(from_status, job.status_id)
     if event_type:
-        JobEvent.objects.create(
+        event = JobEvent.objects.create(
             job=job, type=event_type, payload=job_event_payload(job), created_at=job.updated_at
         )
+        deliveries_fan_out([event])
 
 
 def _claimed(now) -> dict[str, Any]:
@@ -326,10 +328,11 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, now) -> None:
         )
         for job in jobs
     )
-    JobEvent.objects.bulk_create(
+    events = JobEvent.objects.bulk_create(
         JobEvent(job=job, type=states.EVENT_CREATED, payload=job_event_payload(job), created_at=now)
         for job in jobs
     )
+    deliveries_fan_out(events)
 
 
 def job_transition(

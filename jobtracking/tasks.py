@@ -43,6 +43,7 @@ from jobtracking.services import (
     job_take_lease,
     job_time_out,
 )
+from jobtracking.webhooks import deliver
 
 logger = logging.getLogger(__name__)
 
@@ -299,6 +300,11 @@ def reap_stuck_jobs() -> dict[str, int]:
         due_at=now
     )
     return {"timed_out": timed_out, "repaired": repaired}
+
+
+def deliver_webhook(delivery_id: int) -> None:
+    """One attempt at one webhook delivery; the outcome schedules the next one."""
+    deliver(delivery_id)
 
 
 def beat(kind: str, name: str | None = None, **details) -> None:

@@ -1,0 +1,161 @@
+"""Webhook delivery per the Standard Webhooks convention: signed, at least once, retried with
+backoff for about a day, then dead (retriable).
+
+Signing secrets are not stored: each subscription's secret is derived from the server's key and
+the subscription's `secret_version` (bump it to rotate), and shown to staff once.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import random
+import time
+from datetime import timedelta
+from typing import Any
+
+import requests
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobtracking.models import DeliveryState, JobEvent, WebhookDelivery, WebhookSubscription
+from jobtracking.queue import enqueue_delivery
+from jobtracking.urlsafety import UnsafeURLError, check_public_url
+
+# Waits before each retry; after the last one the delivery is dead (about 31 hours in all).
+RETRY_SCHEDULE = (
+    timedelta(seconds=5),
+    timedelta(seconds=30),
+    timedelta(minutes=2),
+    timedelta(minutes=10),
+    timedelta(hours=1),
+    timedelta(hours=6),
+    timedelta(hours=24),
+)
+EXCERPT_BYTES = 1024
+
+
+def subscription_secret(subscription: WebhookSubscription) -> str:
+    """`whsec_<base64 key>`, as Standard Webhooks libraries expect."""
+    key = hmac.new(
+        (settings.WEBHOOK_SIGNING_KEY or settings.SECRET_KEY).encode(),
+        f"webhook:{subscription.pk}:{subscription.secret_version}".encode(),
+        hashlib.sha256,
+    ).digest()
+    return "whsec_" + base64.b64encode(key).decode()
+
+
+def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def wants(subscription: WebhookSubscription, event_type: str) -> bool:
+    return not subscription.event_types or event_type in subscription.event_types
+
+
+def deliveries_fan_out(events: list[JobEvent]) -> None:
+    """One pending delivery per (event, matching active subscription). Call inside the
+    transaction that writes the events: they commit together, and each delivery is handed to a
+    task once they have. Its first due time is a lease away, so the dispatcher retries only a
+    delivery whose task was lost."""
+    subscriptions = list(WebhookSubscription.objects.filter(active=True))
+    if not subscriptions or not events:
+        return
+    now = timezone.now()
+    lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
+    deliveries = WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(event=event, subscription=sub, next_attempt_at=lease, created_at=now)
+        for event in events
+        for sub in subscriptions
+        if wants(sub, event.type)
+    )
+    ids = [delivery.pk for delivery in deliveries]
+    transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in ids])
+
+
+def delivery_body(event: JobEvent) -> bytes:
+    return json.dumps(
+        {"type": event.type, "timestamp": event.created_at.isoformat(), "data": event.payload},
+        separators=(",", ":"),
+    ).encode()
+
+
+def _excerpt(response: requests.Response) -> str:
+    try:
+        chunk = next(response.iter_content(EXCERPT_BYTES), b"")
+    except requests.RequestException:
+        chunk = b""
+    return chunk[:EXCERPT_BYTES].decode("utf-8", "replace")
+
+
+def deliver(delivery_id: int, session: requests.Session | None = None) -> str:
+    """Make one attempt; record its outcome. Returns the delivery's state afterwards."""
+    delivery = (
+        WebhookDelivery.objects.select_related("event", "subscription")
+        .filter(pk=delivery_id, state=DeliveryState.PENDING)
+        .first()
+    )
+    if delivery is None:
+        return "gone"
+    subscription, event = delivery.subscription, delivery.event
+    body = delivery_body(event)
+    timestamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "webhook-id": str(event.event_id),
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(
+            subscription_secret(subscription), str(event.event_id), timestamp, body
+        ),
+    }
+    status, excerpt, error = None, "", ""
+    try:
+        check_public_url(subscription.url)
+        with (session or requests).post(
+            subscription.url,
+            data=body,
+            headers=headers,
+            timeout=(settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT),
+            allow_redirects=False,
+            stream=True,
+        ) as response:
+            status, excerpt = response.status_code, _excerpt(response)
+    except UnsafeURLError as unsafe:
+        error = unsafe.message
+    except requests.RequestException as failure:
+        error = f"{type(failure).__name__}"
+    return _record_attempt(delivery, status=status, excerpt=excerpt, error=error)
+
+
+def _record_attempt(delivery: WebhookDelivery, *, status: int | None, excerpt: str, error: str):
+    now = timezone.now()
+    attempts = delivery.attempts + 1
+    changes: dict[str, Any] = {
+        "attempts": attempts,
+        "last_status_code": status,
+        "last_response_excerpt": excerpt,
+        "last_error": error or ("" if status and 200 <= status < 300 else f"HTTP {status}"),
+    }
+    if status is not None and 200 <= status < 300:
+        changes |= {"state": DeliveryState.DELIVERED, "delivered_at": now, "next_attempt_at": None}
+    elif attempts > len(RETRY_SCHEDULE):
+        changes |= {"state": DeliveryState.DEAD, "next_attempt_at": None}
+    else:
+        wait = RETRY_SCHEDULE[attempts - 1].total_seconds()
+        changes["next_attempt_at"] = now + timedelta(seconds=wait * random.uniform(1.0, 1.2))
+    # Compare-and-set on the attempt count: a duplicate task's outcome is dropped.
+    WebhookDelivery.objects.filter(
+        pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
+    ).update(**changes)
+    return changes.get("state", DeliveryState.PENDING)
+
+
+def delivery_retry(*, queryset) -> int:
+    """Give dead deliveries a fresh schedule, due now (the admin action and the command)."""
+    with transaction.atomic():
+        return queryset.filter(state=DeliveryState.DEAD).update(
+            state=DeliveryState.PENDING, attempts=0, next_attempt_at=timezone.now(), last_error=""
+        )

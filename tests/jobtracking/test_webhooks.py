@@ -1,0 +1,242 @@
+"""Webhooks to a local receiver that verifies signatures with the `standardwebhooks` package."""
+
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+from standardwebhooks import Webhook
+from werkzeug import Response
+
+from jobtracking.dispatcher import claim_due_deliveries
+from jobtracking.models import WebhookDelivery
+from jobtracking.services import Actor, job_cancel, job_create
+from jobtracking.urlsafety import UnsafeURLError, check_public_url
+from jobtracking.webhooks import RETRY_SCHEDULE, deliver, delivery_retry, subscription_secret
+from tests.factories import ExtractorFactory, WebhookSubscriptionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _loopback_receivers(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    settings.WEBHOOK_READ_TIMEOUT = 0.5
+
+
+@pytest.fixture
+def subscription(httpserver):
+    return WebhookSubscriptionFactory(url=httpserver.url_for("/hooks"))
+
+
+def make_job(file_id="f-1"):
+    return job_create(
+        extractor=ExtractorFactory(),
+        actor=Actor("api"),
+        file_id=file_id,
+        source_url="https://files.example.org/a.pdf",
+    )
+
+
+def test_event_is_delivered_signed_and_verifiable(
+    subscription, httpserver, django_capture_on_commit_callbacks
+):
+    received = []
+
+    def receiver(request):
+        verified = Webhook(subscription_secret(subscription)).verify(
+            request.get_data(), dict(request.headers)
+        )
+        received.append(verified)
+        return Response("thanks", 200)
+
+    httpserver.expect_request("/hooks", method="POST").respond_with_handler(receiver)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = make_job()
+
+    assert len(received) == 1
+    assert received[0]["type"] == "job.created"
+    assert received[0]["data"]["id"] == str(job.pk)
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.last_status_code) == ("delivered", 1, 200)
+    assert delivery.delivered_at is not None and delivery.last_response_excerpt == "thanks"
+
+
+def test_a_tampered_body_fails_verification(subscription, httpserver):
+    captured = {}
+
+    def receiver(request):
+        captured["body"], captured["headers"] = request.get_data(), dict(request.headers)
+        return Response("", 204)
+
+    httpserver.expect_request("/hooks").respond_with_handler(receiver)
+    make_job()
+    deliver(WebhookDelivery.objects.get().pk)
+    tampered = captured["body"].replace(b"job.created", b"job.succeeded")
+    with pytest.raises(Exception, match=r"(?i)signature"):
+        Webhook(subscription_secret(subscription)).verify(tampered, captured["headers"])
+
+
+def test_subscriptions_receive_only_their_event_types(
+    httpserver, django_capture_on_commit_callbacks
+):
+    WebhookSubscriptionFactory(url=httpserver.url_for("/hooks"), event_types=["job.cancelled"])
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    with django_capture_on_commit_callbacks(execute=True):
+        job = make_job()
+        job_cancel(job_id=job.pk, actor=Actor("api"))
+    (delivery,) = WebhookDelivery.objects.all()
+    assert delivery.event.type == "job.cancelled" and delivery.state == "delivered"
+
+
+def test_inactive_subscriptions_receive_nothing(httpserver):
+    WebhookSubscriptionFactory(url=httpserver.url_for("/hooks"), active=False)
+    make_job()
+    assert not WebhookDelivery.objects.exists()
+
+
+def test_failure_then_success_records_the_retry(subscription, httpserver):
+    httpserver.expect_oneshot_request("/hooks").respond_with_data("boom", status=500)
+    httpserver.expect_oneshot_request("/hooks").respond_with_data("ok", status=200)
+    make_job()
+    delivery = WebhookDelivery.objects.get()
+
+    assert deliver(delivery.pk) == "pending"
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.last_status_code, delivery.last_error) == (
+        1,
+        500,
+        "HTTP 500",
+    )
+    assert delivery.last_response_excerpt == "boom"
+    wait = (delivery.next_attempt_at - timezone.now()).total_seconds()
+    assert 4 <= wait <= 6.1
+
+    assert deliver(delivery.pk) == "delivered"
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts, delivery.last_status_code) == ("delivered", 2, 200)
+
+
+def test_permanent_failure_ends_dead_and_can_be_retried(subscription, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data("down", status=503)
+    make_job()
+    delivery = WebhookDelivery.objects.get()
+    waits = []
+    for _ in range(len(RETRY_SCHEDULE) + 1):
+        state = deliver(delivery.pk)
+        delivery.refresh_from_db()
+        if delivery.next_attempt_at:
+            waits.append((delivery.next_attempt_at - timezone.now()).total_seconds())
+    assert state == "dead" and delivery.attempts == len(RETRY_SCHEDULE) + 1
+    assert delivery.next_attempt_at is None
+    # The schedule grows to a day: about 31 hours of retries in all.
+    assert waits[0] < 7 and 24 * 3600 <= waits[-1] <= 29 * 3600
+
+    httpserver.clear()
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    assert delivery_retry(queryset=WebhookDelivery.objects.all()) == 1
+    assert deliver(delivery.pk) == "delivered"
+
+
+def test_a_slow_receiver_times_out_and_is_retried(subscription, httpserver):
+    def slow(request):
+        time.sleep(1.0)
+        return Response("late")
+
+    httpserver.expect_request("/hooks").respond_with_handler(slow)
+    make_job()
+    assert deliver(WebhookDelivery.objects.get().pk) == "pending"
+    assert WebhookDelivery.objects.get().last_error == "ReadTimeout"
+
+
+def test_redirects_are_not_followed(subscription, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data(
+        "", status=302, headers={"Location": "http://169.254.169.254/"}
+    )
+    make_job()
+    assert deliver(WebhookDelivery.objects.get().pk) == "pending"
+    assert WebhookDelivery.objects.get().last_status_code == 302
+
+
+def test_a_delivery_to_a_now_private_address_is_refused_at_send_time(httpserver, settings):
+    WebhookSubscriptionFactory(url=httpserver.url_for("/hooks"))
+    make_job()
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    assert deliver(WebhookDelivery.objects.get().pk) == "pending"
+    assert "non-public" in WebhookDelivery.objects.get().last_error
+    assert httpserver.log == []
+
+
+def test_the_dispatcher_claims_due_deliveries_once(
+    subscription, django_capture_on_commit_callbacks
+):
+    make_job()
+    WebhookDelivery.objects.update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=False):
+        first = claim_due_deliveries(batch_size=10, lease=timedelta(seconds=30))
+        second = claim_due_deliveries(batch_size=10, lease=timedelta(seconds=30))
+    assert len(first) == 1 and second == []
+
+
+def test_subscription_secrets_are_derived_and_rotate(subscription):
+    secret = subscription_secret(subscription)
+    assert secret.startswith("whsec_") and secret == subscription_secret(subscription)
+    subscription.secret_version += 1
+    assert subscription_secret(subscription) != secret
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/x",
+        "http://localhost/x",
+        "http://10.0.0.5/x",
+        "http://172.16.3.4/x",
+        "http://192.168.1.1/x",
+        "http://169.254.169.254/latest",
+        "http://224.0.0.1/x",
+        "http://240.0.0.1/x",
+        "http://0.0.0.0/x",
+        "http://[::1]/x",
+        "http://[fc00::1]/x",
+        "http://[fe80::1]/x",
+        "ftp://93.184.216.34/x",
+        "file:///etc/passwd",
+        "http:///nohost",
+    ],
+)
+def test_ssrf_guard_refuses_each_address_class(url, settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    with pytest.raises(UnsafeURLError):
+        check_public_url(url)
+
+
+def test_ssrf_guard_allows_public_addresses_and_configured_exceptions(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    check_public_url("https://93.184.216.34/hook")
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["10.0.0.0/8"]
+    check_public_url("http://10.0.0.5/hook")
+    settings.OUTBOUND_ALLOWED_HOSTS = ["internal.example"]
+    check_public_url("http://internal.example/hook")
+
+
+def test_subscription_validation_refuses_private_urls_and_unknown_types(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    with pytest.raises(ValidationError, match="non-public"):
+        WebhookSubscriptionFactory.build(url="http://10.1.1.1/h").full_clean()
+    with pytest.raises(ValidationError, match="Unknown event types"):
+        WebhookSubscriptionFactory.build(
+            url="https://93.184.216.34/h", event_types=["job.exploded"]
+        ).full_clean()
+
+
+def test_delivery_body_is_the_event_as_json(subscription, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    job = make_job()
+    deliver(WebhookDelivery.objects.get().pk)
+    request, _ = httpserver.log[0]
+    body = json.loads(request.get_data())
+    assert body["type"] == "job.created" and body["data"]["file_id"] == job.file_id
+    assert request.headers["webhook-id"] == str(WebhookDelivery.objects.get().event.event_id)
