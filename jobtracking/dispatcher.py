@@ -58,6 +58,15 @@ def claim_due_deliveries(*, batch_size: int, lease: timedelta) -> list[int]:
     return ids
 
 
+def dispatch_once() -> int:
+    """One claim round for due jobs and webhook retries: a django-q2 schedule runs it every
+    minute as a safety net for a deployment whose dispatcher is down."""
+    lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
+    batch = settings.JOBS_DISPATCH_BATCH_SIZE
+    jobs = claim_due_jobs(batch_size=batch, lease=lease)
+    return len(jobs) + len(claim_due_deliveries(batch_size=batch, lease=lease))
+
+
 class Dispatcher:
     """The `run_dispatcher` loop: claim, enqueue, sleep when idle, survive database outages."""
 

@@ -27,6 +27,7 @@ from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.errors import InFlightLimitError, JobMovedOnError
 from jobtracking.models import ExtractionJob, ServiceHeartbeat
+from jobtracking.retention import jobs_purge, purgeable_jobs
 from jobtracking.schedule import next_delay
 from jobtracking.services import (
     job_consume_claim,
@@ -305,6 +306,14 @@ def reap_stuck_jobs() -> dict[str, int]:
 def deliver_webhook(delivery_id: int) -> None:
     """One attempt at one webhook delivery; the outcome schedules the next one."""
     deliver(delivery_id)
+
+
+def purge_expired_jobs() -> int:
+    """Scheduled daily: delete jobs past retention, a batch at a time."""
+    purged = 0
+    while ids := list(purgeable_jobs().order_by("pk").values_list("pk", flat=True)[:1000]):
+        purged += jobs_purge(ids=ids)
+    return purged
 
 
 def beat(kind: str, name: str | None = None, **details) -> None:

@@ -215,3 +215,12 @@ SPECTACULAR_SETTINGS = {
 WEBHOOK_SIGNING_KEY = os.environ.get("WEBHOOK_SIGNING_KEY", "")  # empty: use SECRET_KEY
 WEBHOOK_CONNECT_TIMEOUT = float(os.environ.get("WEBHOOK_CONNECT_TIMEOUT", "5"))
 WEBHOOK_READ_TIMEOUT = float(os.environ.get("WEBHOOK_READ_TIMEOUT", "10"))
+
+# Retention: terminal jobs (with their history, results and events) are purged this many days
+# after completion, per status.
+JOBS_RETENTION_DAYS = {
+    "succeeded": int(os.environ.get("JOBS_RETENTION_SUCCEEDED_DAYS", "90")),
+    "failed": int(os.environ.get("JOBS_RETENTION_FAILED_DAYS", "180")),
+    "timed_out": int(os.environ.get("JOBS_RETENTION_TIMED_OUT_DAYS", "180")),
+    "cancelled": int(os.environ.get("JOBS_RETENTION_CANCELLED_DAYS", "90")),
+}

@@ -1,0 +1,42 @@
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from jobtracking.management.selection import (
+    Progress,
+    add_filter_arguments,
+    batches,
+    filtered_jobs,
+    show_sample,
+)
+from jobtracking.retention import jobs_purge, purgeable_jobs
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete terminal jobs past their status's retention window (JOBS_RETENTION_DAYS), with "
+        "their history, results, events and files, in batches. Filters narrow the selection; "
+        "jobs inside the retention window are always kept."
+    )
+
+    def add_arguments(self, parser):
+        add_filter_arguments(parser)
+
+    def handle(self, *args, **options):
+        jobs = filtered_jobs(options).filter(pk__in=purgeable_jobs().values("pk"))
+        total = jobs.count()
+        if options["limit"] is not None:
+            total = min(total, options["limit"])
+        windows = ", ".join(f"{s} {d} d" for s, d in settings.JOBS_RETENTION_DAYS.items())
+        self.stdout.write(f"Retention: {windows}.")
+        if options["dry_run"]:
+            show_sample(self, jobs, total, "purged")
+            return
+        purged = 0
+        progress = Progress(self, total, "purged")
+        try:
+            for ids in batches(jobs, options["batch_size"], options["limit"]):
+                purged += jobs_purge(ids=ids)
+                progress.advance(len(ids))
+        finally:
+            progress.close()
+            self.stdout.write(f"Purged {purged} job(s).")

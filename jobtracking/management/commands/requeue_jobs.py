@@ -1,0 +1,30 @@
+from django.core.management.base import BaseCommand
+
+from jobtracking.errors import ApplicationError, ForceRequiredError, InvalidTransitionError
+from jobtracking.management.selection import add_filter_arguments, run_per_job
+from jobtracking.services import Actor, job_requeue
+
+
+class Command(BaseCommand):
+    help = (
+        "Requeue terminal jobs matching the filters as new attempts (succeeded ones need --force)."
+    )
+
+    def add_arguments(self, parser):
+        add_filter_arguments(parser)
+        parser.add_argument("--reason", default="", help="Recorded on every audit row.")
+        parser.add_argument("--force", action="store_true", help="Also requeue succeeded jobs.")
+
+    def handle(self, *args, **options):
+        actor = Actor.command()
+        run_per_job(
+            self,
+            options,
+            "requeued",
+            lambda job_id: job_requeue(
+                job_id=job_id, actor=actor, reason=options["reason"], force=options["force"]
+            ),
+            # Without --force a succeeded job is skipped, as is one that is active again.
+            moved_on=(ForceRequiredError, InvalidTransitionError),
+            failed_on=(ApplicationError,),
+        )
