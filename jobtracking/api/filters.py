@@ -1,12 +1,33 @@
 import contextlib
 import uuid
+from datetime import UTC
 
 import django_filters
+from django import forms
 from django.db.models import Q
+from django_filters.fields import IsoDateTimeField
 
 from extraction.errors import ErrorCode
 from jobtracking import states
 from jobtracking.models import ExtractionJob, JobEvent
+
+
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 date-time, converted to UTC here: PostgreSQL refuses offsets beyond ±15:59,
+    and a far-off offset can push a date out of range."""
+
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is None:
+            return None
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError("The date-time is out of range.") from None
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
 
 
 class JobFilterSet(django_filters.FilterSet):
@@ -23,10 +44,10 @@ class JobFilterSet(django_filters.FilterSet):
     requested_by = django_filters.CharFilter(
         field_name="requested_by__username", help_text="Username of the requesting client."
     )
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    completed_after = django_filters.IsoDateTimeFilter(field_name="completed_at", lookup_expr="gte")
-    completed_before = django_filters.IsoDateTimeFilter(field_name="completed_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    completed_after = UtcIsoDateTimeFilter(field_name="completed_at", lookup_expr="gte")
+    completed_before = UtcIsoDateTimeFilter(field_name="completed_at", lookup_expr="lt")
     search = django_filters.CharFilter(
         method="filter_search",
         help_text="A job id, file id or external id (exact), or the start of a file name.",

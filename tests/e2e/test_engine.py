@@ -159,7 +159,7 @@ def test_deadline_reached_times_out_and_cancels_at_the_extractor(stack, sandbox,
     sandbox.configure(latency_min=30, latency_max=30)
     (job,) = wait_for_terminal(create_jobs(extractor, 1), 30, stack)
     assert (job.status_id, job.error_code) == ("timed_out", "deadline_exceeded")
-    wait_until(lambda: sandbox.stats()["requests"].get("DELETE") == 1, 10, "the cancel")
+    wait_until(lambda: sandbox.stats()["requests"].get("DELETE", 0) >= 1, 20, "the cancel")
 
 
 def test_random_kills_and_transient_faults_leave_no_job_behind(stack, sandbox, extractor):

@@ -1,4 +1,5 @@
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -344,3 +345,17 @@ def test_throttling_is_429_with_retry_after(api, settings):
         UserRateThrottle.THROTTLE_RATES = original
     assert_problem(response, 429, "throttled")
     assert int(response["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize(
+    "value", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00", "soon"]
+)
+def test_date_filters_refuse_unstorable_date_times(api, value):
+    response = api.get(f"{URL}?completed_before={quote(value)}")
+    assert_problem(response, 400, "validation_error")
+
+
+def test_date_filters_accept_offsets_postgresql_would_refuse(api, jobs):
+    # Found by schemathesis: an offset beyond ±15:59 reached PostgreSQL and failed there.
+    response = api.get(f"{URL}?completed_before={quote('0802-11-15T00:53:31+20:33')}")
+    assert response.status_code == 200 and response.json()["results"] == []
