@@ -3,7 +3,8 @@
 It really extracts (see `extract.py`) and injects faults on demand: latency, transient 5xx,
 429 with Retry-After, permanent failures, lost jobs, slow responses. It honours Idempotency-Key
 and keeps counters (submissions per key, poll times, polls that came before the Retry-After it
-gave) at `GET /_sandbox/stats`, so tests can prove what a client did. State lives in memory.
+gave) at `GET /_sandbox/stats`, so tests can prove what a client did. For the demo it is also a
+webhook receiver (`POST`/`GET /_sandbox/webhooks`). State lives in memory.
 """
 
 import json
@@ -13,7 +14,7 @@ import re
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass, field, replace
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -93,6 +94,7 @@ class SandboxState:
             self.early_polls: list[dict[str, float | str]] = []
             self.requests: Counter[str] = Counter()
             self.faults: Counter[str] = Counter()
+            self.webhooks: deque[dict[str, Any]] = deque(maxlen=200)
 
     def chance(self, rate: float) -> bool:
         with self.lock:
@@ -167,6 +169,9 @@ class SandboxHandler(BaseHTTPRequestHandler):
             return self.send_json(200, self.state.stats())
         if self.path == "/healthz":
             return self.send_json(200, {"ok": True})
+        if self.path == "/_sandbox/webhooks":
+            with self.state.lock:
+                return self.send_json(200, list(self.state.webhooks))
         self.route("GET")
 
     def do_POST(self) -> None:
@@ -175,6 +180,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             return self.send_json(200, {"ok": True})
         if self.path == "/_sandbox/config":
             return self.configure()
+        if self.path == "/_sandbox/webhooks":
+            return self.receive_webhook()
         self.route("POST")
 
     def do_DELETE(self) -> None:
@@ -210,6 +217,17 @@ class SandboxHandler(BaseHTTPRequestHandler):
             return self.send_error_json(400, "bad_config", str(error))
         self.state.config = config
         self.send_json(200, {"ok": True})
+
+    def receive_webhook(self) -> None:
+        """A demo webhook receiver: keeps the last deliveries it got (headers and body)."""
+        body = self.read_body() or b""
+        entry = {
+            "headers": {k: v for k, v in self.headers.items() if k.lower().startswith("webhook-")},
+            "body": body.decode("utf-8", "replace"),
+        }
+        with self.state.lock:
+            self.state.webhooks.append(entry)
+        self.send_json(200, {"received": True})
 
     def read_body(self) -> bytes | None:
         length = int(self.headers.get("Content-Length") or 0)

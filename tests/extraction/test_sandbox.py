@@ -195,3 +195,17 @@ def test_sandbox_refuses_a_wrong_key_and_the_error_hides_ours(sandbox):
 
 def test_sandbox_connection_check(sandbox):
     assert "answered" in make_client(sandbox).check_connection()
+
+
+def test_sandbox_keeps_the_webhooks_it_receives(sandbox):
+    import requests
+
+    requests.post(
+        f"{sandbox.url}/_sandbox/webhooks",
+        data=b'{"type": "job.created"}',
+        headers={"webhook-id": "msg_1", "Content-Type": "application/json"},
+        timeout=5,
+    ).raise_for_status()
+    (received,) = requests.get(f"{sandbox.url}/_sandbox/webhooks", timeout=5).json()
+    assert {k.lower(): v for k, v in received["headers"].items()} == {"webhook-id": "msg_1"}
+    assert received["body"] == '{"type": "job.created"}'

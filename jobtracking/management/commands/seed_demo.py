@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand
 
 from extraction.models import Adapter, Extractor
 from jobtracking.errors import ActiveJobExistsError
-from jobtracking.models import ExtractionJob
+from jobtracking.models import ExtractionJob, WebhookSubscription
 from jobtracking.services import Actor, job_create
 
 DEMO_ADMIN = "admin"
@@ -51,6 +51,13 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Admin user {DEMO_ADMIN!r} {'created' if created else 'ready'}; "
             f"extractor {extractor.slug!r} at {extractor.base_url}."
+        )
+        subscription, _ = WebhookSubscription.objects.get_or_create(
+            url=f"{options['sandbox_url']}/_sandbox/webhooks",
+            defaults={"description": "Demo receiver (the sandbox keeps what it gets)"},
+        )
+        self.stdout.write(
+            f"Webhooks go to {subscription.url} (see what arrived with GET on that URL)."
         )
         self.seed_jobs(extractor, user)
         port = os.environ.get("PORT", "8000")
