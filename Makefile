@@ -27,6 +27,7 @@ bench: install
 	.ci/with_postgres.sh $(PY) -m bench.dispatcher
 	.ci/with_postgres.sh $(PY) -m bench.engine
 	.ci/with_postgres.sh $(PY) -m bench.api
+	.ci/with_postgres.sh $(PY) -m bench.operations
 
 run: install
 	$(PY) manage.py migrate --no-input

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from django.core.files.base import ContentFile
 from django.db import connection
+from django.utils import timezone
 
 from extraction.models import Adapter
-from jobtracking.models import ExtractionResult, JobStatusChange
+from jobtracking.models import ExtractionJob, ExtractionResult, JobStatusChange
 from jobtracking.services import Actor, job_create
 from tests.e2e.conftest import wait_for_status, wait_for_terminal
 from tests.factories import ExtractorFactory
@@ -154,10 +155,15 @@ def test_two_dispatchers_never_act_on_a_job_twice(stack, sandbox, extractor):
 
 
 def test_deadline_reached_times_out_and_cancels_at_the_extractor(stack, sandbox, extractor):
-    extractor.max_duration = timedelta(seconds=2)
-    extractor.save()
     sandbox.configure(latency_min=30, latency_max=30)
-    (job,) = wait_for_terminal(create_jobs(extractor, 1), 30, stack)
+    (job_id,) = create_jobs(extractor, 1)
+    # Shorten the deadline only once the extractor has the job (a slow cluster start under load
+    # would otherwise time it out before submission, with nothing to cancel).
+    wait_for_status(job_id, ["submitted", "processing"])
+    ExtractionJob.objects.filter(pk=job_id).update(
+        deadline_at=timezone.now() + timedelta(seconds=1)
+    )
+    (job,) = wait_for_terminal([job_id], 30, stack)
     assert (job.status_id, job.error_code) == ("timed_out", "deadline_exceeded")
     wait_until(lambda: sandbox.stats()["requests"].get("DELETE", 0) >= 1, 20, "the cancel")
 
