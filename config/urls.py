@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from jobtracking.api import errors
-from jobtracking.api.views import HealthzView, ReadyzView
+from jobtracking.api.views import HealthzView, MetricsView, ReadyzView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("healthz", HealthzView.as_view(), name="healthz"),
     path("readyz", ReadyzView.as_view(), name="readyz"),
+    path("metrics", MetricsView.as_view(), name="metrics"),
 ]
 
 handler404 = errors.json_error_view(404, "not_found", "No such resource.")

@@ -26,6 +26,7 @@ from extraction.errors import (
 from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.errors import InFlightLimitError, JobMovedOnError
+from jobtracking.logs import job_log_context, log_context
 from jobtracking.models import ExtractionJob, ServiceHeartbeat
 from jobtracking.retention import jobs_purge, purgeable_jobs
 from jobtracking.schedule import next_delay
@@ -58,6 +59,11 @@ def process_job(job_id: str) -> None:
     job = ExtractionJob.objects.select_related("extractor").filter(pk=job_id).first()
     if job is None or job.is_terminal:
         return
+    with job_log_context(job, job.status_id):
+        _process(job)
+
+
+def _process(job: ExtractionJob) -> None:
     if job.deadline_at and job.deadline_at <= timezone.now():
         _ignore_moved_on(job_time_out, job_id=job.pk)
         return
@@ -125,6 +131,7 @@ def submit(job: ExtractionJob) -> None:
     try:
         submission = client.submit(request)
     except TransientExtractorError as error:
+        logger.warning("submission failed, will retry: %s", error.message)
         delay = next_delay(
             token - 1,
             initial=extractor.poll_initial_interval,
@@ -149,6 +156,7 @@ def submit(job: ExtractionJob) -> None:
         cap=extractor.poll_max_interval,
         retry_after=submission.retry_after,
     )
+    logger.info("submitted as %s (request %s)", submission.external_id, submission.request_id)
     try:
         job_mark_submitted(
             job_id=job.pk,
@@ -174,6 +182,7 @@ def poll(job: ExtractionJob) -> None:
         result = client.poll(job.external_url)
         output = _output_if_done(client, job, result)
     except TransientExtractorError as error:
+        logger.warning("poll failed, will retry: %s", error.message)
         job_record_poll_error(
             job=job,
             error=error.message,
@@ -190,6 +199,7 @@ def poll(job: ExtractionJob) -> None:
         _fail(job, error, expected_from={job.status_id})
         return
 
+    logger.info("polled: %s (progress %s)", result.raw_status, result.progress)
     next_poll_in = next_delay(
         job.poll_count + 1,
         initial=extractor.poll_initial_interval,
@@ -282,7 +292,8 @@ def cancel_at_extractor(job_id: str) -> None:
     job = ExtractionJob.objects.select_related("extractor").filter(pk=job_id).first()
     if job is None or not job.external_url or not job.is_terminal:
         return
-    _cancel_quietly(get_client(job.extractor), job.external_url, job.pk)
+    with job_log_context(job, "cancel_at_extractor"):
+        _cancel_quietly(get_client(job.extractor), job.external_url, job.pk)
 
 
 def reap_stuck_jobs() -> dict[str, int]:
@@ -305,7 +316,8 @@ def reap_stuck_jobs() -> dict[str, int]:
 
 def deliver_webhook(delivery_id: int) -> None:
     """One attempt at one webhook delivery; the outcome schedules the next one."""
-    deliver(delivery_id)
+    with log_context(event="webhook_delivery"):
+        logger.info("webhook delivery %s: %s", delivery_id, deliver(delivery_id))
 
 
 def purge_expired_jobs() -> int:

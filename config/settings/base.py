@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -143,11 +144,23 @@ JOBS_RESULT_INLINE_MAX_BYTES = int(os.environ.get("JOBS_RESULT_INLINE_MAX_BYTES"
 JOBS_OPTIONS_MAX_BYTES = int(os.environ.get("JOBS_OPTIONS_MAX_BYTES", "8192"))
 JOBS_METADATA_MAX_BYTES = int(os.environ.get("JOBS_METADATA_MAX_BYTES", "8192"))
 
+# LOG_FORMAT=json gives one JSON object a line, with the job's id, attempt, extractor and event
+# on every line written while a job is being processed (see jobtracking.logs).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"job_context": {"()": "jobtracking.logs.JobContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(job_prefix)s%(message)s"},
+        "json": {"()": "jobtracking.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": os.environ.get("LOG_FORMAT", "plain"),
+            "filters": ["job_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 

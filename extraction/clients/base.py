@@ -20,9 +20,11 @@ import requests
 from extraction.errors import (
     ErrorCode,
     ExternalJobLostError,
+    ExtractorError,
     PermanentExtractorError,
     TransientExtractorError,
 )
+from extraction.metrics import EXTRACTOR_CALL_ERRORS, EXTRACTOR_CALL_SECONDS
 
 MAX_RETRY_AFTER_SECONDS = 24 * 3600.0
 
@@ -126,6 +128,19 @@ class ExtractorClient(ABC):
         `PermanentExtractorError`.
         """
         where = describe(method, url)
+        labels = {"adapter": type(self).__name__, "operation": method}
+        started = time.perf_counter()
+        try:
+            return self._request(method, url, where, missing_is_lost=missing_is_lost, **kwargs)
+        except ExtractorError as error:
+            EXTRACTOR_CALL_ERRORS.labels(error_class=type(error).__name__, **labels).inc()
+            raise
+        finally:
+            EXTRACTOR_CALL_SECONDS.labels(**labels).observe(time.perf_counter() - started)
+
+    def _request(
+        self, method: str, url: str, where: str, *, missing_is_lost: bool, **kwargs: Any
+    ) -> "Response":
         try:
             raw = self.session.request(
                 method,

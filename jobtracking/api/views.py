@@ -2,10 +2,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
@@ -36,6 +37,7 @@ from jobtracking.api.serializers import (
     job_fields,
 )
 from jobtracking.errors import JobValidationError
+from jobtracking.metrics import render as render_metrics
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatus
 from jobtracking.selectors import event_list, heartbeats, job_list, job_stats
 from jobtracking.services import (
@@ -342,3 +344,15 @@ class ReadyzView(APIView):
             checks[kind] = {"ok": bool(alive), "alive": [beat.name for beat in alive]}
         ready = all(check["ok"] for check in checks.values())
         return Response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+
+
+class MetricsView(APIView):
+    """Prometheus metrics; needs the view-all permission (they describe every client's jobs)."""
+
+    permission_classes = [ActionPermission]
+    action_permissions = {"GET": "jobtracking.view_all_extractionjobs"}
+    throttle_classes = []
+
+    @extend_schema(exclude=True)
+    def get(self, request):
+        return HttpResponse(render_metrics(), content_type=CONTENT_TYPE_LATEST)

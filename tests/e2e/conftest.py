@@ -34,7 +34,7 @@ def process_title(pid: int) -> str:
 
 
 class Stack:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, **extra_env: str) -> None:
         self.log_dir = log_dir
         self.env = {
             "DATABASE_URL": test_database_url(),
@@ -44,9 +44,11 @@ class Stack:
             "Q_TIMEOUT": "8",
             "Q_RETRY": "30",
             **ENGINE_SETTINGS,
+            **extra_env,
         }
         self.cluster = None
         self.dispatchers = []
+        self.others = []
 
     def start_cluster(self) -> None:
         self.cluster = start_command("run_workers", env=self.env, log=self.log_dir / "cluster.log")
@@ -72,9 +74,14 @@ class Stack:
         needle = f"processing process {job_id}"
         return next((pid for pid, title in self.titles().items() if needle in title), None)
 
+    def start(self, *args: str, log: str, **env: str):
+        process = start_command(*args, env={**self.env, **env}, log=self.log_dir / log)
+        self.others.append(process)
+        return process
+
     def stop_all(self) -> None:
         # No need to be gentle at teardown: the database is flushed next.
-        for process in [self.cluster, *self.dispatchers]:
+        for process in [self.cluster, *self.dispatchers, *self.others]:
             if process is not None:
                 stop(process, signal.SIGKILL)
 
@@ -86,12 +93,18 @@ class Stack:
 
 
 @pytest.fixture
-def stack(seeded_statuses, sandbox, tmp_path, monkeypatch, settings):
+def stack_env() -> dict[str, str]:
+    """Extra environment for the stack's processes; tests override this fixture."""
+    return {}
+
+
+@pytest.fixture
+def stack(seeded_statuses, sandbox, tmp_path, monkeypatch, settings, stack_env):
     for name, value in ENGINE_SETTINGS.items():
         setattr(settings, name, float(value))
     # This test process enqueues into the real queue instead of running tasks inline.
     monkeypatch.setattr(Conf, "SYNC", False)
-    running = Stack(tmp_path)
+    running = Stack(tmp_path, **stack_env)
     running.start_cluster()
     running.start_dispatcher()
     yield running

@@ -1,0 +1,82 @@
+"""Prometheus metrics read from the database at scrape time (so every machine's work counts),
+plus the extractor call metrics of this machine's processes."""
+
+import os
+from datetime import timedelta
+
+from django.db.models import Count, Min
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+
+from extraction.metrics import EXTRACTOR_CALL_ERRORS, EXTRACTOR_CALL_SECONDS
+from jobtracking import states
+from jobtracking.models import (
+    DeliveryState,
+    ExtractionJob,
+    JobStatusChange,
+    ServiceHeartbeat,
+    WebhookDelivery,
+)
+
+RECENT = timedelta(minutes=5)
+
+
+class DatabaseCollector:
+    def collect(self):
+        now = timezone.now()
+        jobs = GaugeMetricFamily("jobtracking_jobs", "Jobs by status.", labels=["status"])
+        counts = dict(
+            ExtractionJob.objects.order_by().values_list("status").annotate(n=Count("pk"))
+        )
+        for code, *_ in states.STATUSES:
+            jobs.add_metric([code], counts.get(code, 0))
+        yield jobs
+
+        oldest_due = ExtractionJob.objects.filter(
+            status__in=sorted(states.ACTIVE), due_at__lte=now
+        ).aggregate(oldest=Min("due_at"))["oldest"]
+        yield GaugeMetricFamily(
+            "jobtracking_dispatcher_lag_seconds",
+            "Now minus the oldest due_at among due active jobs (0 when none is due).",
+            value=(now - oldest_due).total_seconds() if oldest_due else 0.0,
+        )
+
+        transitions = GaugeMetricFamily(
+            "jobtracking_transitions_recent",
+            "Status changes in the last 5 minutes, by new status.",
+            labels=["to_status"],
+        )
+        recent = JobStatusChange.objects.filter(changed_at__gte=now - RECENT)
+        for status, n in recent.order_by().values_list("to_status").annotate(n=Count("pk")):
+            transitions.add_metric([status], n)
+        yield transitions
+
+        backlog = GaugeMetricFamily(
+            "jobtracking_webhook_deliveries", "Webhook deliveries by state.", labels=["state"]
+        )
+        pending = WebhookDelivery.objects.exclude(state=DeliveryState.DELIVERED)
+        by_state = dict(pending.order_by().values_list("state").annotate(n=Count("pk")))
+        for state in (DeliveryState.PENDING, DeliveryState.DEAD):
+            backlog.add_metric([state], by_state.get(state, 0))
+        yield backlog
+
+        ages = GaugeMetricFamily(
+            "jobtracking_heartbeat_age_seconds",
+            "Seconds since each process last beat.",
+            labels=["name", "kind"],
+        )
+        for beat in ServiceHeartbeat.objects.all():
+            ages.add_metric([beat.name, beat.kind], (now - beat.beat_at).total_seconds())
+        yield ages
+
+
+def render() -> bytes:
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector())
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry.register(EXTRACTOR_CALL_SECONDS)
+        registry.register(EXTRACTOR_CALL_ERRORS)
+    return generate_latest(registry)
