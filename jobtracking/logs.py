@@ -35,7 +35,8 @@ class JobContextFilter(logging.Filter):
         context = _context.get() or {}
         for name in CONTEXT_FIELDS:
             setattr(record, name, context.get(name))
-        record.job_prefix = f"[job {context['job_id']} {context.get('event')}] " if context else ""
+        shown = " ".join(str(context[name]) for name in ("job_id", "event") if name in context)
+        record.job_prefix = f"[{shown}] " if shown else ""
         return True
 
 

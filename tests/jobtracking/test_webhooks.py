@@ -240,3 +240,21 @@ def test_delivery_body_is_the_event_as_json(subscription, httpserver):
     body = json.loads(request.get_data())
     assert body["type"] == "job.created" and body["data"]["file_id"] == job.file_id
     assert request.headers["webhook-id"] == str(WebhookDelivery.objects.get().event.event_id)
+
+
+def test_log_lines_carry_the_context_they_are_written_in():
+    import logging
+
+    from jobtracking.logs import JobContextFilter, JsonFormatter, log_context
+
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "hello %s", ("x",), None)
+    with log_context(event="webhook_delivery"):
+        JobContextFilter().filter(record)
+    assert record.job_prefix == "[webhook_delivery] "
+    assert json.loads(JsonFormatter().format(record)) | {"time": None} == {
+        "time": None,
+        "level": "INFO",
+        "logger": "t",
+        "message": "hello x",
+        "event": "webhook_delivery",
+    }
