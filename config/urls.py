@@ -4,8 +4,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from jobtracking.api import errors
 from jobtracking.api.views import HealthzView, MetricsView, ReadyzView
+from jobtracking.dashboard import dashboard_view
 
 urlpatterns = [
+    path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="jobs-dashboard"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("jobtracking.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,10 +1,28 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
+from extraction.errors import ExtractorError
 from extraction.models import Extractor
+from extraction.registry import get_client
 
 
 @admin.register(Extractor)
 class ExtractorAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "adapter", "base_url", "enabled", "max_in_flight"]
+    list_display = ["slug", "name", "adapter", "base_url", "model_id", "enabled", "max_in_flight"]
     list_filter = ["adapter", "enabled"]
     search_fields = ["slug", "name"]
+    actions = ["check_connection"]
+    readonly_fields = ["key_configured", "created_at", "updated_at"]
+
+    @admin.display(description="key set in the environment", boolean=True)
+    def key_configured(self, extractor: Extractor) -> bool:
+        # Whether the variable holds a key; the key itself is never shown.
+        return bool(extractor.api_key())
+
+    @admin.action(description="Check the connection (one authenticated call)")
+    def check_connection(self, request, queryset):
+        for extractor in queryset:
+            try:
+                answer = get_client(extractor).check_connection()
+                self.message_user(request, f"{extractor.slug}: {answer}", messages.SUCCESS)
+            except ExtractorError as error:
+                self.message_user(request, f"{extractor.slug}: {error.message}", messages.ERROR)

@@ -1,6 +1,21 @@
-from django.contrib import admin
+import contextlib
+import csv
+import uuid
+from datetime import timedelta
 
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
+from django.db.models import Q
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from jobtracking.admin_paging import EstimatedCountPaginator
+from jobtracking.errors import ApplicationError
 from jobtracking.models import (
+    ActorType,
+    DeliveryState,
     ExtractionJob,
     ExtractionResult,
     JobEvent,
@@ -9,6 +24,38 @@ from jobtracking.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from jobtracking.services import Actor, job_cancel, job_requeue
+from jobtracking.webhooks import delivery_retry, subscription_secret
+
+STATUS_COLOURS = {
+    "pending": "#6c757d",
+    "submitting": "#0d6efd",
+    "submitted": "#0d6efd",
+    "processing": "#6610f2",
+    "succeeded": "#198754",
+    "failed": "#dc3545",
+    "timed_out": "#fd7e14",
+    "cancelled": "#495057",
+}
+CSV_COLUMNS = [
+    "id",
+    "status_id",
+    "extractor__slug",
+    "file_id",
+    "file_name",
+    "attempt",
+    "error_code",
+    "created_at",
+    "completed_at",
+]
+
+
+def status_badge(code: str):
+    return format_html(
+        '<span style="background:{};color:#fff;padding:2px 6px;border-radius:3px">{}</span>',
+        STATUS_COLOURS.get(code, "#333"),
+        code,
+    )
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -24,10 +71,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class StatusChangeInline(admin.TabularInline):
-    model = JobStatusChange
-    fields = ["changed_at", "from_status", "to_status", "attempt", "actor_type", "actor", "reason"]
-    readonly_fields = fields
+class ReadOnlyInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = False
@@ -38,22 +82,223 @@ class StatusChangeInline(admin.TabularInline):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class StatusChangeInline(ReadOnlyInline):
+    model = JobStatusChange
+    verbose_name_plural = "Status timeline"
+    fields = ["changed_at", "from_status", "to_status", "attempt", "actor_type", "actor", "reason"]
+    readonly_fields = fields
+    ordering = ["changed_at", "id"]
+
+
+class ResultInline(ReadOnlyInline):
+    model = ExtractionResult
+    fields = ["attempt", "page_count", "size_bytes", "model_version", "received_at", "preview"]
+    readonly_fields = fields
+
+    @admin.display(description="Payload")
+    def preview(self, result: ExtractionResult):
+        if result.payload is None:
+            return f"stored as {result.payload_file.name}"
+        pages = result.payload.get("pages") if isinstance(result.payload, dict) else None
+        if pages and isinstance(pages[0], dict):
+            return (pages[0].get("text") or "")[:300]
+        return str(result.payload)[:300]
+
+
+class EventInline(ReadOnlyInline):
+    model = JobEvent
+    fields = ["id", "type", "created_at", "event_id"]
+    readonly_fields = fields
+
+
+class JobActionForm(ActionForm):
+    reason = forms.CharField(required=False, max_length=1000, help_text="Recorded in the history.")
+    force = forms.BooleanField(required=False, label="Force (requeue succeeded jobs)")
+
+
+class DateRangeFilter(admin.SimpleListFilter):
+    """Last day / week / month on a date field, without a full-table date scan."""
+
+    field = "created_at"
+    ranges = {"1": "Last 24 hours", "7": "Last 7 days", "30": "Last 30 days", "90": "Last 90 days"}
+
+    def lookups(self, request, model_admin):
+        return list(self.ranges.items())
+
+    def queryset(self, request, queryset):
+        if self.value() in self.ranges:
+            since = timezone.now() - timedelta(days=int(self.value()))
+            return queryset.filter(**{f"{self.field}__gte": since})
+        return queryset
+
+
+class CreatedFilter(DateRangeFilter):
+    title = "created"
+    parameter_name = "created"
+
+
+class CompletedFilter(DateRangeFilter):
+    title = "completed"
+    parameter_name = "completed"
+    field = "completed_at"
+
 
 @admin.register(ExtractionJob)
 class ExtractionJobAdmin(ReadOnlyAdmin):
-    list_display = ["id", "file_id", "file_name", "extractor", "status", "attempt", "created_at"]
-    list_filter = ["status", "extractor", "error_code"]
-    search_fields = ["=id", "=file_id", "file_name", "=external_job_id"]
+    list_display = [
+        "short_id",
+        "file",
+        "extractor",
+        "coloured_status",
+        "attempt",
+        "created_at",
+        "turnaround",
+        "error_code",
+    ]
+    list_filter = ["status", "extractor", "error_code", CreatedFilter, CompletedFilter]
+    search_fields = ["file_id"]
+    search_help_text = "A job id, file id or external id (exact), or the start of a file name."
     list_select_related = ["extractor"]
+    list_per_page = 50
     show_full_result_count = False
-    inlines = [StatusChangeInline]
+    paginator = EstimatedCountPaginator
+    ordering = ["-created_at"]
+    inlines = [StatusChangeInline, ResultInline, EventInline]
+    action_form = JobActionForm
+    actions = ["requeue_selected", "cancel_selected", "export_csv"]
+    readonly_fields = [f.name for f in ExtractionJob._meta.fields if f.name != "upload"]
+    exclude = ["upload"]
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, job: ExtractionJob) -> str:
+        return str(job.pk)[-12:]
+
+    @admin.display(description="file")
+    def file(self, job: ExtractionJob):
+        return format_html("{}<br><small>{}</small>", job.file_name or "—", job.file_id)
+
+    @admin.display(description="status", ordering="status")
+    def coloured_status(self, job: ExtractionJob):
+        return status_badge(job.status_id)
+
+    @admin.display(description="turnaround")
+    def turnaround(self, job: ExtractionJob) -> str:
+        if not job.completed_at:
+            return "—"
+        return f"{(job.completed_at - job.created_at).total_seconds():.1f} s"
+
+    def get_search_results(self, request, queryset, search_term):
+        # Exact matches and a prefix only: each uses an index even with millions of jobs.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        query = Q(file_id=term) | Q(external_job_id=term) | Q(file_name__startswith=term)
+        with contextlib.suppress(ValueError):
+            query |= Q(pk=uuid.UUID(term))
+        return queryset.filter(query), False
+
+    def has_requeue_permission(self, request) -> bool:
+        return request.user.has_perm("jobtracking.requeue_extractionjob")
+
+    def has_cancel_permission(self, request) -> bool:
+        return request.user.has_perm("jobtracking.cancel_extractionjob")
+
+    def _apply(self, request, queryset, verb: str, act) -> None:
+        actor = Actor(ActorType.ADMIN, request.user)
+        reason = request.POST.get("reason", "")
+        done, refused = 0, []
+        for job_id in queryset.values_list("pk", flat=True):
+            try:
+                act(job_id=job_id, actor=actor, reason=reason)
+                done += 1
+            except ApplicationError as error:
+                refused.append(f"{str(job_id)[-12:]}: {error.message}")
+        if done:
+            self.message_user(request, f"{done} job(s) {verb}.", messages.SUCCESS)
+        if refused:
+            self.message_user(
+                request,
+                f"{len(refused)} refused: " + "; ".join(refused[:10]),
+                messages.WARNING,
+            )
+
+    @admin.action(description="Requeue selected jobs", permissions=["requeue"])
+    def requeue_selected(self, request, queryset):
+        force = bool(request.POST.get("force"))
+        self._apply(
+            request,
+            queryset,
+            "requeued",
+            lambda **kwargs: job_requeue(force=force, **kwargs),
+        )
+
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_selected(self, request, queryset):
+        self._apply(request, queryset, "cancelled", job_cancel)
+
+    @admin.action(description="Export selected (or all filtered) jobs as CSV", permissions=["view"])
+    def export_csv(self, request, queryset):
+        class Echo:
+            def write(self, value):
+                return value
+
+        writer = csv.writer(Echo())
+        rows = queryset.order_by("-created_at").values_list(*CSV_COLUMNS).iterator(chunk_size=2000)
+        lines = (writer.writerow(row) for row in rows)
+        header = writer.writerow([c.replace("__", "_") for c in CSV_COLUMNS])
+        response = StreamingHttpResponse(
+            (line for chunk in ([header], lines) for line in chunk), content_type="text/csv"
+        )
+        response["Content-Disposition"] = 'attachment; filename="extraction-jobs.csv"'
+        return response
+
+    def changelist_view(self, request, extra_context=None):
+        # "Export" with nothing ticked exports the whole filtered list.
+        if request.POST.get("action") == "export_csv" and not request.POST.getlist(
+            admin.helpers.ACTION_CHECKBOX_NAME
+        ):
+            post = request.POST.copy()
+            post["select_across"] = "1"
+            post.setlist(admin.helpers.ACTION_CHECKBOX_NAME, ["0"])
+            request.POST = post
+        return super().changelist_view(request, extra_context)
 
 
 @admin.register(JobStatusChange)
 class JobStatusChangeAdmin(ReadOnlyAdmin):
-    list_display = ["changed_at", "job", "from_status", "to_status", "actor_type", "actor"]
-    list_filter = ["to_status", "actor_type"]
+    """The audit log."""
+
+    list_display = [
+        "changed_at",
+        "job_link",
+        "from_status",
+        "coloured_to_status",
+        "attempt",
+        "actor_type",
+        "actor",
+        "reason",
+    ]
+    list_filter = ["to_status", "actor_type", "actor", ("changed_at", admin.DateFieldListFilter)]
+    search_fields = ["=job__id"]
+    list_select_related = ["actor"]
+    list_per_page = 100
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    ordering = ["-changed_at"]
+
+    @admin.display(description="job")
+    def job_link(self, change: JobStatusChange):
+        return format_html(
+            '<a href="../extractionjob/{}/change/">{}</a>', change.job_id, str(change.job_id)[-12:]
+        )
+
+    @admin.display(description="to status")
+    def coloured_to_status(self, change: JobStatusChange):
+        return status_badge(change.to_status_id)
 
 
 @admin.register(JobStatus)
@@ -61,23 +306,63 @@ class JobStatusAdmin(ReadOnlyAdmin):
     list_display = ["code", "label", "terminal", "description"]
 
 
-@admin.register(ExtractionResult)
-class ExtractionResultAdmin(ReadOnlyAdmin):
-    list_display = ["job", "attempt", "size_bytes", "page_count", "received_at"]
-
-
-@admin.register(JobEvent)
-class JobEventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "type", "job", "created_at"]
-    list_filter = ["type"]
-
-
 @admin.register(WebhookSubscription)
 class WebhookSubscriptionAdmin(admin.ModelAdmin):
-    list_display = ["url", "active", "created_at"]
+    list_display = ["url", "description", "event_types", "active", "secret_version", "created_at"]
+    readonly_fields = ["secret_version", "created_by", "created_at", "updated_at"]
+    actions = ["rotate_secret"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+        if not change:
+            self._show_secret(request, obj)
+
+    def _show_secret(self, request, subscription):
+        self.message_user(
+            request,
+            f"Signing secret for {subscription.url} (shown once, not stored): "
+            f"{subscription_secret(subscription)}",
+            messages.WARNING,
+        )
+
+    @admin.action(description="Rotate the signing secret and show the new one")
+    def rotate_secret(self, request, queryset):
+        for subscription in queryset:
+            subscription.secret_version += 1
+            subscription.save(update_fields=["secret_version", "updated_at"])
+            self._show_secret(request, subscription)
 
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ["event", "subscription", "state", "attempts", "next_attempt_at"]
-    list_filter = ["state"]
+    list_display = [
+        "id",
+        "event",
+        "subscription",
+        "state",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+        "delivered_at",
+    ]
+    list_filter = ["state", "subscription"]
+    list_select_related = ["event", "subscription"]
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    actions = ["retry_dead"]
+
+    def has_retry_permission(self, request) -> bool:
+        return request.user.has_perm("jobtracking.view_webhookdelivery") and request.user.has_perm(
+            "jobtracking.change_webhooksubscription"
+        )
+
+    @admin.action(description="Retry selected dead deliveries", permissions=["retry"])
+    def retry_dead(self, request, queryset):
+        count = delivery_retry(queryset=queryset.filter(state=DeliveryState.DEAD))
+        self.message_user(request, f"{count} dead delivery(ies) scheduled again.")
+
+
+admin.site.register(ExtractionResult, ReadOnlyAdmin)
+admin.site.register(JobEvent, ReadOnlyAdmin)

@@ -1,0 +1,254 @@
+"""The admin console through Django's test client: every page, filter, action and permission."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from jobtracking.models import ExtractionJob, JobStatusChange, WebhookDelivery
+from jobtracking.services import Actor, job_create
+from jobtracking.webhooks import subscription_secret
+from tests.factories import (
+    ExtractionJobFactory,
+    ExtractionResultFactory,
+    ExtractorFactory,
+    UserFactory,
+    WebhookDeliveryFactory,
+    WebhookSubscriptionFactory,
+)
+
+pytestmark = pytest.mark.django_db
+JOBS = "/admin/jobtracking/extractionjob/"
+
+
+def staff(*codenames: str):
+    user = UserFactory(username=f"staff-{'-'.join(codenames) or 'none'}", is_staff=True)
+    for codename in codenames:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+@pytest.fixture
+def root_client(client):
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    return client
+
+
+@pytest.fixture
+def fleet():
+    sandbox = ExtractorFactory(slug="sandbox")
+    now = timezone.now()
+    return {
+        "failed": ExtractionJobFactory(extractor=sandbox, failed=True, file_name="budget.pdf"),
+        "succeeded": ExtractionJobFactory(extractor=sandbox, succeeded=True),
+        "old": ExtractionJobFactory(
+            extractor=ExtractorFactory(slug="azure"),
+            timed_out=True,
+            created_at=now - timedelta(days=40),
+            completed_at=now - timedelta(days=40),
+        ),
+        "pending": ExtractionJobFactory(extractor=sandbox),
+    }
+
+
+def listed(response) -> set[str]:
+    assert response.status_code == 200
+    return {str(job.pk) for job in response.context["cl"].result_list}
+
+
+def test_changelist_shows_columns_and_no_full_count(
+    root_client, fleet, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(15):
+        response = root_client.get(JOBS)
+    assert listed(response) == {str(job.pk) for job in fleet.values()}
+    html = response.content.decode()
+    assert "budget.pdf" in html and "background:#dc3545" in html  # coloured failed status
+    assert response.context["cl"].show_full_result_count is False
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status__code__exact=failed", {"failed"}),
+        ("extractor__id__exact={azure}", {"old"}),
+        ("error_code__exact=extraction_failed", {"failed"}),
+        ("created=30", {"failed", "succeeded", "pending"}),
+        ("completed=7", {"failed", "succeeded"}),
+        ("q=budget", {"failed"}),
+        ("q={failed_id}", {"failed"}),
+    ],
+)
+def test_changelist_filters_and_search(root_client, fleet, query, expected):
+    query = query.format(azure=fleet["old"].extractor_id, failed_id=fleet["failed"].pk)
+    assert listed(root_client.get(f"{JOBS}?{query}")) == {str(fleet[n].pk) for n in expected}
+
+
+def test_detail_page_shows_timeline_results_and_events(root_client):
+    job = job_create(
+        extractor=ExtractorFactory(),
+        actor=Actor("api"),
+        file_id="f",
+        source_url="https://files.example.org/f.pdf",
+    )
+    ExtractionResultFactory(job=job, payload={"pages": [{"text": "Total revenue: 5"}]})
+    html = root_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert "Status timeline" in html and "job.created" in html and "Total revenue: 5" in html
+    assert 'name="_save"' not in html  # read-only
+
+
+def test_requeue_action_records_the_admin_and_reason(fleet, client):
+    user = staff("view_extractionjob", "requeue_extractionjob")
+    client.force_login(user)
+    response = client.post(
+        JOBS,
+        {"action": "requeue_selected", "_selected_action": [fleet["failed"].pk], "reason": "fixed"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    change = JobStatusChange.objects.get(job=fleet["failed"])
+    assert (change.actor_type, change.actor, change.reason) == ("admin", user, "fixed")
+    assert ExtractionJob.objects.get(pk=fleet["failed"].pk).status_id == "pending"
+
+
+def test_requeue_of_succeeded_needs_force_and_reports_refusals(root_client, fleet):
+    ids = [fleet["succeeded"].pk]
+    response = root_client.post(
+        JOBS, {"action": "requeue_selected", "_selected_action": ids}, follow=True
+    )
+    assert "refused" in response.content.decode()
+    root_client.post(JOBS, {"action": "requeue_selected", "_selected_action": ids, "force": "on"})
+    assert ExtractionJob.objects.get(pk=ids[0]).attempt == 2
+
+
+def test_staff_without_requeue_permission_cannot_requeue(fleet, client):
+    client.force_login(staff("view_extractionjob"))
+    page = client.get(JOBS).content.decode()
+    assert "requeue_selected" not in page and "cancel_selected" not in page
+    client.post(JOBS, {"action": "requeue_selected", "_selected_action": [fleet["failed"].pk]})
+    assert ExtractionJob.objects.get(pk=fleet["failed"].pk).status_id == "failed"
+
+
+def test_cancel_action_needs_its_permission(fleet, client):
+    client.force_login(staff("view_extractionjob", "cancel_extractionjob"))
+    client.post(JOBS, {"action": "cancel_selected", "_selected_action": [fleet["pending"].pk]})
+    assert ExtractionJob.objects.get(pk=fleet["pending"].pk).status_id == "cancelled"
+
+
+def test_csv_export_streams_the_filtered_set(root_client, fleet):
+    response = root_client.post(f"{JOBS}?status__code__exact=failed", {"action": "export_csv"})
+    assert response.status_code == 200 and response["Content-Type"] == "text/csv"
+    lines = b"".join(response.streaming_content).decode().splitlines()
+    assert lines[0].startswith("id,status_id,extractor_slug")
+    assert len(lines) == 2 and str(fleet["failed"].pk) in lines[1]
+
+
+def test_audit_log_is_read_only_even_for_superusers(root_client, fleet):
+    job = fleet["failed"]
+    change = JobStatusChange.objects.create(
+        job=job, to_status_id="failed", attempt=1, actor_type="system"
+    )
+    assert root_client.get("/admin/jobtracking/jobstatuschange/").status_code == 200
+    assert root_client.get("/admin/jobtracking/jobstatuschange/add/").status_code == 403
+    detail = root_client.get(f"/admin/jobtracking/jobstatuschange/{change.pk}/change/")
+    assert 'name="_save"' not in detail.content.decode()
+    assert (
+        root_client.post(
+            f"/admin/jobtracking/jobstatuschange/{change.pk}/delete/", {"post": "yes"}
+        ).status_code
+        == 403
+    )
+    assert JobStatusChange.objects.filter(pk=change.pk).exists()
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["to_status__code__exact=failed", "actor_type__exact=system", "changed_at__gte=2000-01-01"],
+)
+def test_audit_log_filters(root_client, fleet, query):
+    JobStatusChange.objects.create(
+        job=fleet["failed"], to_status_id="failed", attempt=1, actor_type="system"
+    )
+    response = root_client.get(f"/admin/jobtracking/jobstatuschange/?{query}")
+    assert response.status_code == 200 and len(response.context["cl"].result_list) == 1
+
+
+def test_extractor_connection_check_action(root_client, sandbox):
+    extractor = ExtractorFactory(slug="sb", adapter="sandbox", base_url=sandbox.url)
+    response = root_client.post(
+        "/admin/extraction/extractor/",
+        {"action": "check_connection", "_selected_action": [extractor.pk]},
+        follow=True,
+    )
+    text = [str(m) for m in response.context["messages"]]
+    assert any(m.startswith("sb: GET") and "answered" in m for m in text), text
+
+
+def test_extractor_page_never_shows_the_key(root_client, monkeypatch):
+    monkeypatch.setenv("ADMIN_TEST_KEY", "sk-admin-secret-999")
+    extractor = ExtractorFactory(api_key_env="ADMIN_TEST_KEY")
+    html = root_client.get(f"/admin/extraction/extractor/{extractor.pk}/change/").content.decode()
+    assert "sk-admin-secret-999" not in html and "ADMIN_TEST_KEY" in html
+
+
+def test_webhook_subscription_secret_is_shown_once_on_rotation(root_client, settings):
+    settings.OUTBOUND_ALLOWED_HOSTS = ["hooks.example.org"]
+    subscription = WebhookSubscriptionFactory(url="https://hooks.example.org/1")
+    response = root_client.post(
+        "/admin/jobtracking/webhooksubscription/",
+        {"action": "rotate_secret", "_selected_action": [subscription.pk]},
+        follow=True,
+    )
+    subscription.refresh_from_db()
+    assert subscription.secret_version == 2
+    assert subscription_secret(subscription) in response.content.decode()
+    page = root_client.get(f"/admin/jobtracking/webhooksubscription/{subscription.pk}/change/")
+    assert subscription_secret(subscription) not in page.content.decode()
+
+
+def test_dead_deliveries_can_be_retried_from_the_admin(root_client):
+    dead = WebhookDeliveryFactory(state="dead", attempts=8, next_attempt_at=None)
+    root_client.post(
+        "/admin/jobtracking/webhookdelivery/",
+        {"action": "retry_dead", "_selected_action": [dead.pk]},
+    )
+    assert WebhookDelivery.objects.get(pk=dead.pk).state == "pending"
+
+
+def test_dashboard_renders_every_section(root_client, fleet, django_assert_max_num_queries):
+    with django_assert_max_num_queries(20):
+        response = root_client.get("/admin/dashboard/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    for section in (
+        "Jobs by status",
+        'id="throughput"',
+        'id="failures"',
+        'id="in-flight"',
+        'id="oldest"',
+    ):
+        assert section in html
+    assert "extraction_failed" in html and str(fleet["pending"].pk) in html
+    assert "cdn" not in html.lower()
+
+
+def test_dashboard_needs_staff(client):
+    client.force_login(UserFactory(username="plain"))
+    assert client.get("/admin/dashboard/").status_code == 302
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "/admin/",
+        "/admin/jobtracking/jobstatus/",
+        "/admin/jobtracking/extractionresult/",
+        "/admin/jobtracking/jobevent/",
+        "/admin/jobtracking/webhooksubscription/",
+        "/admin/jobtracking/webhookdelivery/",
+        "/admin/extraction/extractor/",
+    ],
+)
+def test_every_admin_page_renders(root_client, fleet, page):
+    assert root_client.get(page).status_code == 200
