@@ -28,6 +28,7 @@ bench: install
 	.ci/with_postgres.sh $(PY) -m bench.engine
 	.ci/with_postgres.sh $(PY) -m bench.api
 	.ci/with_postgres.sh $(PY) -m bench.operations
+	.ci/with_postgres.sh $(PY) -m bench.admin
 
 run: install
 	$(PY) manage.py migrate --no-input
