@@ -15,6 +15,7 @@ $(INSTALLED): pyproject.toml
 install: $(INSTALLED)
 
 test: install
+	.ci/ensure_chromium.sh
 	.ci/with_postgres.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
