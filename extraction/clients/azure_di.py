@@ -95,8 +95,7 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
         )
 
     def poll(self, poll_url: str) -> PollResult:
-        response = self.request("GET", poll_url, headers=self._headers(), missing_is_lost=True)
-        body = response.json_object(describe("GET", poll_url))
+        response, body = self.get_json(poll_url)
         raw_status = str(body.get("status", ""))
         status = STATUS_WORDS.get(raw_status.lower(), RemoteStatus.UNKNOWN)
         error = body.get("error") if isinstance(body.get("error"), dict) else {}
@@ -136,9 +135,6 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
             page_count=len(pages) if isinstance(pages, list) else None,
             model_version=version,
         )
-
-    def cancel(self, poll_url: str) -> None:
-        self.request("DELETE", poll_url, headers=self._headers(), missing_is_lost=True)
 
     def check_connection(self) -> str:
         url = f"{self.config.base_url.rstrip('/')}/documentintelligence/info"

@@ -109,8 +109,18 @@ class ExtractorClient(ABC):
     @abstractmethod
     def fetch_result(self, poll_url: str) -> ExtractionOutput: ...
 
+    def cancel(self, poll_url: str) -> None:
+        """Ask the extractor to drop the job (both protocols: DELETE on the poll location)."""
+        self.request("DELETE", poll_url, headers=self._headers(), missing_is_lost=True)
+
     @abstractmethod
-    def cancel(self, poll_url: str) -> None: ...
+    def _headers(self) -> dict[str, str]:
+        """Accept and authentication headers for every call."""
+
+    def get_json(self, url: str) -> tuple["Response", dict[str, Any]]:
+        """GET a JSON object from a job's location; 404 means the job is lost."""
+        response = self.request("GET", url, headers=self._headers(), missing_is_lost=True)
+        return response, response.json_object(describe("GET", url))
 
     @abstractmethod
     def check_connection(self) -> str:

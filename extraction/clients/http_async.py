@@ -73,8 +73,7 @@ class HttpAsyncClient(ExtractorClient):
         )
 
     def poll(self, poll_url: str) -> PollResult:
-        response = self.request("GET", poll_url, headers=self._headers(), missing_is_lost=True)
-        body = response.json_object(describe("GET", poll_url))
+        response, body = self.get_json(poll_url)
         raw_status = str(body.get("status", ""))
         error = body.get("error") if isinstance(body.get("error"), dict) else {}
         progress = body.get("progress")
@@ -89,18 +88,13 @@ class HttpAsyncClient(ExtractorClient):
         )
 
     def fetch_result(self, poll_url: str) -> ExtractionOutput:
-        url = poll_url + "/result"
-        response = self.request("GET", url, headers=self._headers(), missing_is_lost=True)
-        payload = response.json_object(describe("GET", url))
+        _, payload = self.get_json(poll_url + "/result")
         pages = payload.get("pages")
         return ExtractionOutput(
             payload=payload,
             page_count=len(pages) if isinstance(pages, list) else None,
             model_version=str(payload.get("model", ""))[:200],
         )
-
-    def cancel(self, poll_url: str) -> None:
-        self.request("DELETE", poll_url, headers=self._headers(), missing_is_lost=True)
 
     def check_connection(self) -> str:
         url = self.collection_url + "/connection-check"
