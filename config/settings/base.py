@@ -97,7 +97,6 @@ def database_from_env() -> dict:
 
 DATABASES = {"default": database_from_env()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6 behaviour now; silences the transition warning
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
