@@ -10,7 +10,13 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from jobtracking import states
-from jobtracking.models import ExtractionJob, ExtractionResult
+from jobtracking.models import (
+    ExtractionJob,
+    ExtractionResult,
+    JobEvent,
+    JobStatusChange,
+    WebhookDelivery,
+)
 
 
 def purgeable_jobs() -> QuerySet[ExtractionJob]:
@@ -27,13 +33,27 @@ def jobs_purge(*, ids: list) -> int:
     at a time keeps locks short and memory bounded); their files go once it has committed.
     Only jobs still past retention are deleted. Returns the number of jobs deleted."""
     with transaction.atomic():
-        jobs = purgeable_jobs().filter(pk__in=ids)
-        files = [name for name in jobs.exclude(upload="").values_list("upload", flat=True)]
+        doomed = list(purgeable_jobs().filter(pk__in=ids).values_list("pk", flat=True))
+        files = list(
+            ExtractionJob.objects.filter(pk__in=doomed)
+            .exclude(upload="")
+            .values_list("upload", flat=True)
+        )
         files += list(
-            ExtractionResult.objects.filter(job__in=jobs)
+            ExtractionResult.objects.filter(job_id__in=doomed)
             .exclude(payload_file="")
             .values_list("payload_file", flat=True)
         )
-        _, per_model = jobs.delete()
+        # Children first, each one DELETE statement. QuerySet.delete() would load every job and
+        # event into memory to cascade; with the children gone there is nothing to cascade to.
+        WebhookDelivery.objects.filter(event__job_id__in=doomed).delete()
+        for model in (JobEvent, JobStatusChange, ExtractionResult):
+            _delete_rows(model.objects.filter(job_id__in=doomed))
+        deleted = _delete_rows(ExtractionJob.objects.filter(pk__in=doomed))
         transaction.on_commit(lambda: [default_storage.delete(name) for name in files])
-    return per_model.get(ExtractionJob._meta.label, 0)
+    return deleted
+
+
+def _delete_rows(queryset: QuerySet) -> int:
+    """One DELETE statement, with no cascade collection (callers delete dependants first)."""
+    return queryset._raw_delete(queryset.db)
