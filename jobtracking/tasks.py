@@ -297,21 +297,23 @@ def cancel_at_extractor(job_id: str) -> None:
 
 
 def reap_stuck_jobs() -> dict[str, int]:
-    """Safety net (a django-q2 schedule and `manage.py reap_stuck_jobs`): time out overdue jobs and
-    make every active job without a due_at due now. Expired submission leases and lost tasks need
-    nothing here: their due_at has passed, so the dispatcher claims them and `process_job` hands
-    the lease back."""
+    """Safety net (a django-q2 schedule and `manage.py reap_stuck_jobs`): time out overdue jobs,
+    hand back jobs whose submission lease expired (their worker died), and make every active job
+    without a due_at due now. The dispatcher then acts on them."""
     now = timezone.now()
-    overdue = list(
-        ExtractionJob.objects.filter(status__in=states.ACTIVE, deadline_at__lte=now).values_list(
+    active = ExtractionJob.objects.filter(status__in=states.ACTIVE)
+    overdue = list(active.filter(deadline_at__lte=now).values_list("pk", flat=True))
+    timed_out = sum(_ignore_moved_on(job_time_out, job_id=pk) is not None for pk in overdue)
+    expired = list(
+        active.filter(status=states.SUBMITTING, lease_expires_at__lte=now).values_list(
             "pk", flat=True
         )
     )
-    timed_out = sum(_ignore_moved_on(job_time_out, job_id=pk) is not None for pk in overdue)
-    repaired = ExtractionJob.objects.filter(status__in=states.ACTIVE, due_at__isnull=True).update(
-        due_at=now
+    handed_back = sum(
+        _ignore_moved_on(job_hand_back_expired_lease, job_id=pk) is not None for pk in expired
     )
-    return {"timed_out": timed_out, "repaired": repaired}
+    repaired = active.filter(due_at__isnull=True).update(due_at=now)
+    return {"timed_out": timed_out, "handed_back": handed_back, "repaired": repaired}
 
 
 def deliver_webhook(delivery_id: int) -> None:

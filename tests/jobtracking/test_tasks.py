@@ -286,14 +286,20 @@ def test_large_results_are_stored_as_files(sandbox, sandbox_extractor, settings,
     assert hashlib.sha256(data).hexdigest() == result.content_sha256
 
 
-def test_reap_times_out_overdue_jobs_and_repairs_missing_due_times():
+def test_reap_times_out_overdue_jobs_hands_back_leases_and_repairs_missing_due_times():
     overdue = ExtractionJobFactory(
         processing=True, deadline_at=timezone.now() - timedelta(seconds=1)
     )
     undue = ExtractionJobFactory(submitted=True, due_at=None)
+    orphan = ExtractionJobFactory(
+        submitting=True, lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    live = ExtractionJobFactory(submitting=True)
     outcome = reap_stuck_jobs()
-    overdue.refresh_from_db()
-    undue.refresh_from_db()
-    assert outcome == {"timed_out": 1, "repaired": 1}
+    for job in (overdue, undue, orphan, live):
+        job.refresh_from_db()
+    assert outcome == {"timed_out": 1, "handed_back": 1, "repaired": 1}
     assert (overdue.status_id, overdue.error_code) == ("timed_out", "deadline_exceeded")
     assert undue.due_at is not None and undue.status_id == "submitted"
+    assert (orphan.status_id, live.status_id) == ("pending", "submitting")
+    assert JobStatusChange.objects.get(job=orphan).details["resubmission"] is True

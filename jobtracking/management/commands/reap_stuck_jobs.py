@@ -4,11 +4,15 @@ from jobtracking.tasks import reap_stuck_jobs
 
 
 class Command(BaseCommand):
-    help = "Time out jobs past their deadline and make every active job without a due_at due."
+    help = (
+        "Time out jobs past their deadline, hand back expired submission leases, and make every "
+        "active job without a due_at due."
+    )
 
     def handle(self, *args, **options):
         outcome = reap_stuck_jobs()
         self.stdout.write(
-            f"Timed out {outcome['timed_out']} overdue job(s); "
-            f"made {outcome['repaired']} job(s) without a due time due now."
+            f"Timed out {outcome['timed_out']} overdue job(s); handed back "
+            f"{outcome['handed_back']} expired submission lease(s); made {outcome['repaired']} "
+            "job(s) without a due time due now."
         )
