@@ -579,18 +579,24 @@ def job_mark_submitted(
 
 
 def job_retry_submission(
-    *, job_id: UUID | str, lease_token: int, error: str, http_status: int | None, delay: timedelta
+    *,
+    job_id: UUID | str,
+    lease_token: int,
+    max_attempts: int,
+    error: str,
+    http_status: int | None,
+    delay: timedelta,
 ) -> ExtractionJob:
     """submitting → pending after a transient fault, to try again after `delay`; → failed
-    (`extractor_unavailable`) once the extractor's `max_submit_attempts` are spent."""
-    job = ExtractionJob.objects.select_related("extractor").get(pk=job_id)
-    details = {"error": error, "http_status": http_status, "submit_attempts": job.submit_attempts}
-    if job.submit_attempts >= job.extractor.max_submit_attempts:
+    (`extractor_unavailable`) once `max_attempts` submissions are spent. The lease token is the
+    number of the attempt that just failed."""
+    details = {"error": error, "http_status": http_status, "submit_attempts": lease_token}
+    if lease_token >= max_attempts:
         return job_fail(
             job_id=job_id,
             expected_from={states.SUBMITTING},
             code=ErrorCode.EXTRACTOR_UNAVAILABLE,
-            message=f"Gave up after {job.submit_attempts} submission attempts: {error}",
+            message=f"Gave up after {lease_token} submission attempts: {error}",
             details=details,
             lease_token=lease_token,
         )

@@ -111,7 +111,11 @@ def submit(job: ExtractionJob) -> None:
     except JobMovedOnError:
         return
     except InFlightLimitError:
-        job_defer(job_id=job.pk, status=states.PENDING, delay=_in_flight_wait())
+        job_defer(
+            job_id=job.pk,
+            status=states.PENDING,
+            delay=timedelta(seconds=settings.JOBS_IN_FLIGHT_RETRY_SECONDS),
+        )
         return
     token = job.submit_attempts
     extractor = job.extractor
@@ -142,6 +146,7 @@ def submit(job: ExtractionJob) -> None:
             job_retry_submission,
             job_id=job.pk,
             lease_token=token,
+            max_attempts=extractor.max_submit_attempts,
             error=error.message,
             http_status=error.http_status,
             delay=delay,
@@ -274,10 +279,6 @@ def _fail(
         details={"http_status": error.http_status, "remote_code": error.remote_code},
         lease_token=lease_token,
     )
-
-
-def _in_flight_wait() -> timedelta:
-    return timedelta(seconds=settings.JOBS_IN_FLIGHT_RETRY_SECONDS)
 
 
 def _cancel_quietly(client: ExtractorClient, poll_url: str, job_id) -> None:
