@@ -91,7 +91,7 @@ def _excerpt(response: requests.Response) -> str:
     return chunk[:EXCERPT_BYTES].decode("utf-8", "replace")
 
 
-def deliver(delivery_id: int, session: requests.Session | None = None) -> str:
+def deliver(delivery_id: int) -> str:
     """Make one attempt; record its outcome. Returns the delivery's state afterwards."""
     delivery = (
         WebhookDelivery.objects.select_related("event", "subscription")
@@ -114,7 +114,7 @@ def deliver(delivery_id: int, session: requests.Session | None = None) -> str:
     status, excerpt, error = None, "", ""
     try:
         check_public_url(subscription.url)
-        with (session or requests).post(
+        with requests.post(
             subscription.url,
             data=body,
             headers=headers,
