@@ -142,6 +142,10 @@ def test_whole_cluster_killed_and_restarted(stack, sandbox, extractor):
 
 
 def test_two_dispatchers_never_act_on_a_job_twice(stack, sandbox, extractor):
+    # Every call must get its answer, so that each sandbox request is one action of ours: with the
+    # whole suite loading two cores, a 3 s read timeout can expire and legitimately retry a poll.
+    extractor.request_timeout = timedelta(seconds=15)
+    extractor.save()
     stack.start_dispatcher()
     sandbox.configure(latency_min=0.5, latency_max=1.5, poll_retry_after=0.4)
     jobs = wait_for_terminal(create_jobs(extractor, 20), 120, stack)
