@@ -11,7 +11,6 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
@@ -20,6 +19,7 @@ from rest_framework.views import APIView
 from extraction.models import Extractor
 from jobtracking.api.errors import problem, problem_body
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
+from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
 from jobtracking.api.serializers import (
     BulkCreateSerializer,
@@ -49,21 +49,14 @@ from jobtracking.services import (
     job_requeue,
 )
 
-MAX_PAGE_SIZE = 500
+
+class JobCursorPagination(KeysetCursorPagination):
+    ordering = ("-created_at",)
 
 
-class CreatedAtCursorPagination(CursorPagination):
-    ordering = "-created_at"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = MAX_PAGE_SIZE
-
-
-class IdCursorPagination(CursorPagination):
-    ordering = "id"
+class EventCursorPagination(KeysetCursorPagination):
+    ordering = ("id",)
     page_size = 100
-    page_size_query_param = "page_size"
-    max_page_size = MAX_PAGE_SIZE
 
 
 def api_actor(request) -> Actor:
@@ -81,7 +74,7 @@ class ExtractionJobViewSet(
     filterset_class = JobFilterSet
     filter_backends = [DjangoFilterBackend, OrderingFilter]
     ordering_fields = ["created_at", "updated_at"]
-    pagination_class = CreatedAtCursorPagination
+    pagination_class = JobCursorPagination
     parser_classes = [JSONParser, MultiPartParser, FormParser]
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
@@ -284,7 +277,7 @@ class JobEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     permission_classes = [ActionPermission]
     action_permissions = {"list": "jobtracking.view_extractionjob"}
     filterset_class = EventFilterSet
-    pagination_class = IdCursorPagination
+    pagination_class = EventCursorPagination
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
