@@ -55,7 +55,7 @@ def check_public_url(url: str) -> None:
 
 
 def address_class(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    for name in ("loopback", "private", "link_local", "multicast", "reserved", "unspecified"):
+    for name in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
         if getattr(address, f"is_{name}"):
             return name.replace("_", "-")
     return "not global"

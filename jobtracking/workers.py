@@ -3,22 +3,33 @@
 A worker that is killed while it waits for work dies holding the lock of the cluster's internal
 multiprocessing queue; its replacement and every other worker then wait on that lock forever and
 the cluster stalls while looking alive (django-q2 issue #23, reproduced by our fault tests). The
-supervisor runs `qcluster` as a child process group and restarts it when it exits or when tasks
-handed to it stay unacknowledged longer than any task may run (the ORM broker shows this: a
-dequeued task keeps its lock until it is acknowledged).
+same lock makes the cluster's own graceful stop hang. So:
+
+- The supervisor runs the cluster (`manage.py run_cluster`) as its own process group and restarts
+  it when it exits or when a task it dequeued stays unacknowledged longer than any task may run.
+  The ORM broker sets a dequeued row's lock to dequeue time + `retry`; only rows locked after the
+  current cluster started count, so the rows a killed cluster left locked (they stay locked until
+  `retry` passes) never make the supervisor restart a healthy successor. Their jobs are not
+  waiting on them: each job's claim lease expires and the dispatcher hands it out again.
+- Every stop is bounded: the cluster gets SIGTERM, and its whole process group SIGKILL when the
+  graceful stop has not finished within the grace period.
+- The cluster holds the read end of a pipe whose only write end the supervisor holds (the
+  lifeline). However the supervisor dies, SIGKILL included, the pipe reaches end-of-file and the
+  cluster stops itself under the same bounded rule, so no cluster outlives its supervisor.
 """
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 from django_q.conf import Conf
@@ -26,26 +37,46 @@ from django_q.models import OrmQ
 
 logger = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
+LIFELINE_ENV = "JOBS_SUPERVISOR_LIFELINE_FD"
 
 
-def stalled_task_count(stall_after: float) -> int:
-    """Tasks the cluster dequeued more than `stall_after` seconds ago and has not acknowledged.
-    The ORM broker sets a dequeued task's lock to dequeue time + `retry`."""
+def stalled_task_count(stall_after: float, *, since: datetime) -> int:
+    """Tasks dequeued after `since` more than `stall_after` seconds ago and not acknowledged."""
     now = timezone.now()
+    retry = timedelta(seconds=Conf.RETRY)
     return OrmQ.objects.filter(
         key=Conf.CLUSTER_NAME,
-        lock__gt=now,
-        lock__lt=now + timedelta(seconds=Conf.RETRY - stall_after),
+        lock__gt=max(now, since + retry),
+        lock__lt=now + retry - timedelta(seconds=stall_after),
     ).count()
 
 
-def _stop_with_parent() -> None:
-    """In the child, on Linux: receive SIGTERM when the supervisor dies, however it dies, so
-    that no cluster is left running unsupervised."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def watch_lifeline(fd: int, grace: float) -> None:
+    """In the cluster's main process: block until the supervisor is gone, then stop the cluster,
+    by SIGKILL of its process group if the graceful stop takes longer than `grace` seconds."""
+    with contextlib.suppress(OSError):
+        while os.read(fd, 64):
+            pass
+    logger.warning("cluster: the supervisor is gone; stopping")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(grace)
+    logger.error("cluster: graceful stop unfinished after %.0fs; killing the cluster", grace)
+    kill_group(os.getpgrp())
+
+
+def start_lifeline_watch() -> None:
+    fd = os.environ.pop(LIFELINE_ENV, None)
+    if fd is not None:
+        grace = settings.JOBS_WORKER_STOP_GRACE_SECONDS
+        threading.Thread(
+            target=watch_lifeline, args=(int(fd), grace), name="lifeline", daemon=True
+        ).start()
 
 
 class WorkerSupervisor:
@@ -53,21 +84,27 @@ class WorkerSupervisor:
         # A task runs at most `timeout` seconds before the cluster's guard kills it.
         self.stall_after = stall_after or float(Conf.TIMEOUT or 60) + 10
         self.check_every = check_every
+        self.grace = settings.JOBS_WORKER_STOP_GRACE_SECONDS
         self.child: subprocess.Popen | None = None
+        self.started_at = timezone.now()
         self.stopping = False
         self.restarts = 0
+        # Only this process holds the write end (os.pipe() descriptors are not inherited).
+        self.lifeline_read, self.lifeline_write = os.pipe()
 
     def start_cluster(self) -> None:
+        # Before the cluster exists, so that every row it dequeues is locked past this + retry.
+        self.started_at = timezone.now()
         self.child = subprocess.Popen(
-            [sys.executable, str(MANAGE), "qcluster"],
+            [sys.executable, str(MANAGE), "run_cluster"],
             start_new_session=True,
-            preexec_fn=_stop_with_parent,
+            pass_fds=(self.lifeline_read,),
+            env={**os.environ, LIFELINE_ENV: str(self.lifeline_read)},
         )
-        logger.info("supervisor: started qcluster (pid %s)", self.child.pid)
+        logger.info("supervisor: started the cluster (pid %s)", self.child.pid)
 
     def kill_cluster(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.child.pid, signal.SIGKILL)
+        kill_group(self.child.pid)
         self.child.wait()
 
     def stop(self, *_args) -> None:
@@ -75,7 +112,7 @@ class WorkerSupervisor:
 
     def stalled(self) -> bool:
         try:
-            return stalled_task_count(self.stall_after) > 0
+            return stalled_task_count(self.stall_after, since=self.started_at) > 0
         except DatabaseError as error:
             logger.warning("supervisor: cannot check the queue (%s)", error)
             connection.close()
@@ -90,25 +127,27 @@ class WorkerSupervisor:
             if self.stopping:
                 break
             if self.child.poll() is not None:
-                logger.error("supervisor: qcluster exited (%s); restarting", self.child.returncode)
+                logger.error("supervisor: cluster exited (%s); restarting", self.child.returncode)
             elif self.stalled():
                 logger.critical(
-                    "supervisor: tasks unacknowledged for over %.0fs; restarting stalled qcluster",
+                    "supervisor: tasks unacknowledged for over %.0fs; restarting stalled cluster",
                     self.stall_after,
                 )
-                self.kill_cluster()
             else:
                 continue
+            # Also when the main process exited: its workers may still be running.
+            self.kill_cluster()
             self.restarts += 1
             self.start_cluster()
         self.shutdown()
 
     def shutdown(self) -> None:
-        if self.child and self.child.poll() is None:
-            # Only the cluster's main process: it stops its own workers in order, and a signal
-            # to the whole group breaks that shutdown.
+        """SIGTERM to the cluster's main process (it stops its own workers in order; a signal to
+        the whole group breaks that), then SIGKILL to the group after the grace period."""
+        if self.child is None:
+            return
+        if self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
-            try:
-                self.child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill_cluster()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.child.wait(timeout=self.grace)
+        self.kill_cluster()

@@ -168,6 +168,8 @@ EXTRACTOR_MAX_RESPONSE_BYTES = int(os.environ.get("EXTRACTOR_MAX_RESPONSE_BYTES"
 
 # Job engine. A dispatched job's due_at moves this far ahead, so a lost task is retried after it.
 JOBS_DISPATCH_LEASE_SECONDS = float(os.environ.get("JOBS_DISPATCH_LEASE_SECONDS", "30"))
+# How long a stopping worker cluster may take before its whole process group is killed.
+JOBS_WORKER_STOP_GRACE_SECONDS = float(os.environ.get("JOBS_WORKER_STOP_GRACE_SECONDS", "10"))
 JOBS_DISPATCH_BATCH_SIZE = int(os.environ.get("JOBS_DISPATCH_BATCH_SIZE", "200"))
 JOBS_DISPATCH_IDLE_SECONDS = float(os.environ.get("JOBS_DISPATCH_IDLE_SECONDS", "0.5"))
 # A submission lease lasts the extractor's request timeout plus this margin.

@@ -2,16 +2,22 @@
 the sandbox extractor over HTTP, all on the test database in PostgreSQL."""
 
 import os
+import re
 import signal
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.core.files.base import ContentFile
 from django.db import connection
 from django_q.conf import Conf
 
+from extraction.models import Adapter
 from jobtracking import states
 from jobtracking.models import ExtractionJob
+from jobtracking.services import Actor, job_create
+from tests.factories import ExtractorFactory
 from tests.processes import descendants, start_command, stop, wait_until
 
 ENGINE_SETTINGS = {
@@ -133,3 +139,44 @@ def wait_for_status(job_id, statuses, timeout: float = 20) -> None:
         timeout,
         f"job {job_id} to reach {statuses}",
     )
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
+NAMES = ["financial-statement.pdf", "grant-report.txt", "budget.csv"]
+# django-q2 titles its workers "qcluster Process-<id> idle" or "… processing <task>".
+WORKER_TITLE = re.compile(r"^qcluster Process-\w+ (idle|processing)")
+IDLE_WORKER_TITLE = re.compile(r"^qcluster Process-\w+ idle")
+
+
+@pytest.fixture
+def extractor(sandbox):
+    return ExtractorFactory(
+        slug="sandbox",
+        adapter=Adapter.SANDBOX,
+        base_url=sandbox.url,
+        poll_initial_interval=timedelta(milliseconds=200),
+        poll_max_interval=timedelta(seconds=1),
+        request_timeout=timedelta(seconds=3),
+        max_submit_attempts=20,
+        max_poll_errors=20,
+    )
+
+
+def create_jobs(extractor, count: int, prefix: str = "f") -> list:
+    jobs = []
+    for n in range(count):
+        name = NAMES[n % len(NAMES)]
+        jobs.append(
+            job_create(
+                extractor=extractor,
+                actor=Actor("api"),
+                file_id=f"{prefix}-{n}",
+                file_name=name,
+                upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
+            ).pk
+        )
+    return jobs
+
+
+def idle_workers(stack) -> list[int]:
+    return [pid for pid, title in stack.titles().items() if IDLE_WORKER_TITLE.search(title)]

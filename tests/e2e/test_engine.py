@@ -3,62 +3,26 @@ over HTTP, PostgreSQL; faults injected by the sandbox and by killing processes."
 
 import os
 import random
-import re
 import signal
 import subprocess
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.core.files.base import ContentFile
 from django.db import connection
 from django.utils import timezone
 
-from extraction.models import Adapter
 from jobtracking.models import ExtractionJob, ExtractionResult, JobStatusChange
-from jobtracking.services import Actor, job_create
-from tests.e2e.conftest import wait_for_status, wait_for_terminal
-from tests.factories import ExtractorFactory
+from tests.e2e.conftest import (
+    WORKER_TITLE,
+    create_jobs,
+    idle_workers,
+    wait_for_status,
+    wait_for_terminal,
+)
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
-NAMES = ["financial-statement.pdf", "grant-report.txt", "budget.csv"]
-# django-q2 titles its workers "qcluster Process-<id> idle" or "… processing <task>".
-WORKER_TITLE = re.compile(r"^qcluster Process-\w+ (idle|processing)")
-IDLE_WORKER_TITLE = re.compile(r"^qcluster Process-\w+ idle")
-
-
-@pytest.fixture
-def extractor(sandbox):
-    return ExtractorFactory(
-        slug="sandbox",
-        adapter=Adapter.SANDBOX,
-        base_url=sandbox.url,
-        poll_initial_interval=timedelta(milliseconds=200),
-        poll_max_interval=timedelta(seconds=1),
-        request_timeout=timedelta(seconds=3),
-        max_submit_attempts=20,
-        max_poll_errors=20,
-    )
-
-
-def create_jobs(extractor, count: int, prefix: str = "f") -> list:
-    jobs = []
-    for n in range(count):
-        name = NAMES[n % len(NAMES)]
-        jobs.append(
-            job_create(
-                extractor=extractor,
-                actor=Actor("api"),
-                file_id=f"{prefix}-{n}",
-                file_name=name,
-                upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
-            ).pk
-        )
-    return jobs
 
 
 def assert_no_duplicate_submissions(sandbox, jobs) -> None:
@@ -223,8 +187,4 @@ def test_idle_workers_killed_stall_the_cluster_and_the_supervisor_restarts_it(
     (job_id,) = create_jobs(extractor, 1)
     (job,) = wait_for_terminal([job_id], 90, stack)
     assert job.status_id == "succeeded"
-    assert "restarting stalled qcluster" in (stack.log_dir / "cluster.log").read_text()
-
-
-def idle_workers(stack) -> list[int]:
-    return [pid for pid, title in stack.titles().items() if IDLE_WORKER_TITLE.search(title)]
+    assert "restarting stalled cluster" in (stack.log_dir / "cluster.log").read_text()

@@ -213,6 +213,21 @@ def test_ssrf_guard_refuses_each_address_class(url, settings):
         check_public_url(url)
 
 
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("http://169.254.169.254/latest", "link-local"),
+        ("http://[fe80::1]/x", "link-local"),
+        ("http://10.0.0.5/x", "private"),
+        ("http://127.0.0.1/x", "loopback"),
+    ],
+)
+def test_ssrf_guard_names_the_address_class(url, named, settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    with pytest.raises(UnsafeURLError, match=rf"non-public address \({named}\)"):
+        check_public_url(url)
+
+
 def test_ssrf_guard_allows_public_addresses_and_configured_exceptions(settings):
     settings.OUTBOUND_ALLOWED_NETWORKS = []
     check_public_url("https://93.184.216.34/hook")

@@ -310,10 +310,14 @@ def test_stats_counts_rates_and_percentiles(api, jobs):
     assert_problem(api.get("/api/v1/stats/?window_hours=0"), 400, "validation_error")
 
 
-def test_readyz_needs_recent_heartbeats(api):
+def test_readyz_needs_recent_heartbeats(api, caplog):
     response = api.get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"]["database"]["ok"] is True
+    # A failing probe is a warning naming what is missing, never an error line.
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= 30] == [
+        ("WARNING", "not ready: cluster, dispatcher")
+    ]
     for kind in ("cluster", "dispatcher"):
         ServiceHeartbeat.objects.create(name=f"{kind}@test", kind=kind, beat_at=timezone.now())
     assert api.get("/readyz").json()["ready"] is True
