@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run a command against a throwaway PostgreSQL 15: initdb into a temporary folder, start it on a
 # free loopback port, export DATABASE_URL, run the command, and tear everything down afterwards,
-# whatever the command's outcome. An existing DATABASE_URL is used as it is.
+# whatever the command's outcome. An existing DATABASE_URL is used as it is. PG_DURABLE=1 keeps
+# production durability (for benchmarks) and loads pg_stat_statements.
 # The server's data folder and pg_ctl are exported (TEST_PG_DATA, TEST_PG_CTL) so that fault
 # tests can restart PostgreSQL mid-run.
 set -euo pipefail
@@ -35,10 +36,16 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 "${as_pg[@]}" "$PGBIN/initdb" -D "$tmp/data" -U postgres -A trust -E UTF8 --no-sync >/dev/null
-# Durability is pointless for a throwaway database; speed is not.
+if [ -n "${PG_DURABLE:-}" ]; then
+  # Benchmarks of durability-sensitive paths: production settings (fsync and synchronous_commit
+  # on, the defaults), plus pg_stat_statements to count statements per job.
+  settings="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+else
+  # Durability is pointless for a throwaway test database; speed is not.
+  settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+fi
 "${as_pg[@]}" "$PGBIN/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -o \
-  "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-   -c full_page_writes=off -c max_connections=300" start >/dev/null
+  "-p $port -k $tmp -c listen_addresses=127.0.0.1 $settings -c max_connections=300" start >/dev/null
 "${as_pg[@]}" "$PGBIN/createdb" -h 127.0.0.1 -p "$port" -U postgres jobtracking
 
 export DATABASE_URL="postgres://postgres@127.0.0.1:$port/jobtracking"

@@ -1,22 +1,41 @@
-"""End-to-end throughput: N jobs through the sandbox (no added latency) with two workers, and
-the extractor calls each job cost.
+"""End-to-end engine throughput on a durable PostgreSQL (run under `PG_DURABLE=1
+.ci/with_postgres.sh`, as `make bench` does): jobs through the sandbox with no added latency, and
+what each job cost.
 
-    make bench            (BENCH_E2E_JOBS=10000 by default)
+Per run it prints wall time and jobs/s; per job, SQL statements (pg_stat_statements), commits
+(pg_stat_database), CPU milliseconds by process (workers, dispatcher, PostgreSQL, sandbox, the
+creating process) and extractor calls (sandbox counters). A scaling table repeats the run with
+2, 4 and 8 workers and with two clusters plus two dispatchers. The floor is measured in the same
+run: no-op django-q2 tasks through the same cluster settings. A last run sets rate limits on the
+extractor at the sandbox's own limits and counts 429 answers.
+
+    BENCH_E2E_JOBS (10,000)   jobs in the main run (2 workers)
+    BENCH_SCALE_JOBS (5,000)  jobs in each scaling run
+    BENCH_FLOOR_TASKS (2,000) no-op tasks for the floor
 """
 
 import functools
 import os
+import resource
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psycopg
 import requests
 
 from bench import setup
 
 SAMPLES = Path(__file__).resolve().parent.parent / "extraction" / "sandbox" / "samples"
+MONITOR_ROLE = "bench_monitor"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def noop() -> None:
+    """The floor's task: the cost of a django-q2 round trip and nothing else."""
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
@@ -31,76 +50,266 @@ def serve_samples() -> str:
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes, their reaped children included."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / CLOCK_TICKS
+
+
+class Monitor:
+    """A connection of its own role, so that its statements are left out of the counts."""
+
+    def __init__(self, url: str) -> None:
+        admin = psycopg.connect(url, autocommit=True)
+        admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [MONITOR_ROLE])
+        if not exists.fetchone():
+            admin.execute(f"CREATE ROLE {MONITOR_ROLE} LOGIN SUPERUSER")
+        admin.close()
+        self.db = psycopg.connect(url.replace("postgres@", f"{MONITOR_ROLE}@"), autocommit=True)
+        self.queries = 0
+
+    def one(self, sql: str, params=()):
+        self.queries += 1
+        return self.db.execute(sql, params).fetchone()
+
+    def reset(self) -> None:
+        self.one("SELECT pg_stat_statements_reset()")
+        self.one("SELECT pg_stat_reset()")
+        self.queries = 0
+
+    def statements(self) -> int:
+        (calls,) = self.one(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE userid <> "
+            "(SELECT oid FROM pg_roles WHERE rolname = %s)",
+            [MONITOR_ROLE],
+        )
+        return int(calls)
+
+    def commits(self) -> int:
+        # Statistics reach pg_stat_database when a backend reports them; ask for a fresh view.
+        self.one("SELECT pg_stat_clear_snapshot()")
+        (commits,) = self.one(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return int(commits) - self.queries  # each of our own autocommit queries is a commit
+
+    def active(self, extractor_id: int) -> int:
+        (count,) = self.one(
+            "SELECT count(*) FROM jobtracking_extractionjob WHERE extractor_id = %s AND "
+            "status_id NOT IN ('succeeded', 'failed', 'timed_out', 'cancelled')",
+            [extractor_id],
+        )
+        return count
+
+    def queued(self) -> int:
+        return self.one("SELECT count(*) FROM django_q_ormq")[0]
+
+
+@dataclass
+class Stack:
+    sandbox_url: str
+    clusters: list
+    dispatchers: list
+    sandbox: object
+
+    def cpu(self) -> dict[str, float]:
+        from tests.processes import descendants
+
+        def tree(processes) -> list[int]:
+            return [pid for p in processes for pid in (p.pid, *descendants(p.pid))]
+
+        postmaster = int(
+            (Path(os.environ["TEST_PG_DATA"]) / "postmaster.pid").read_text().split()[0]
+        )
+        return {
+            "workers": cpu_seconds(tree(self.clusters)),
+            "dispatcher": cpu_seconds(tree(self.dispatchers)),
+            "postgres": cpu_seconds([postmaster, *descendants(postmaster)]),
+            "sandbox": cpu_seconds(tree([self.sandbox])),
+            "creator": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
+        }
+
+
+def start_stack(*, workers: int, clusters: int, dispatchers: int, sandbox_args=()) -> Stack:
+    from tests.processes import answers, free_port, start_command, wait_until
+
+    port = free_port()
+    env = {"Q_SYNC": "0", "Q_WORKERS": str(workers), "LOG_LEVEL": "WARNING"}
+    sandbox = start_command("run_sandbox_extractor", "--port", str(port), *sandbox_args, env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: answers(f"{url}/healthz"), 30, "the sandbox")
+    stack = Stack(
+        sandbox_url=url,
+        clusters=[start_command("run_workers", env=env) for _ in range(clusters)],
+        dispatchers=[start_command("run_dispatcher", env=env) for _ in range(dispatchers)],
+        sandbox=sandbox,
+    )
+    time.sleep(3)  # clusters up: the measured run starts with its workers ready
+    return stack
+
+
+def stop_stack(stack: Stack) -> None:
+    from tests.processes import stop
+
+    for process in [*stack.clusters, *stack.dispatchers, stack.sandbox]:
+        stop(process)
+
+
+def new_extractor(url: str, **limits):
+    from extraction.models import Adapter
+    from tests.factories import ExtractorFactory
+
+    return ExtractorFactory(
+        slug=f"bench-e2e-{time.time_ns()}",
+        adapter=Adapter.SANDBOX,
+        base_url=url,
+        poll_initial_interval=timedelta(milliseconds=500),
+        poll_max_interval=timedelta(seconds=5),
+        max_submit_attempts=50,
+        max_poll_errors=50,
+        **limits,
+    )
+
+
+def create_jobs(extractor, count: int, files: str) -> None:
+    from jobtracking.services import Actor, job_create
+
+    names = sorted(p.name for p in SAMPLES.iterdir())
+    for n in range(count):
+        name = names[n % len(names)]
+        job_create(
+            extractor=extractor,
+            actor=Actor.system(),
+            file_id=f"bench-{n}",
+            file_name=name,
+            source_url=f"{files}/{name}",
+        )
+
+
+def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: dict, **limits):
+    from tests.processes import wait_until
+
+    stack = start_stack(**stack_args)
+    try:
+        extractor = new_extractor(stack.sandbox_url, **limits)
+        requests.post(f"{stack.sandbox_url}/_sandbox/reset", timeout=10)
+        monitor.reset()
+        before = stack.cpu()
+        started = time.perf_counter()
+        create_jobs(extractor, count, files)
+        created = time.perf_counter() - started
+        wait_until(lambda: monitor.active(extractor.pk) == 0, 3600, "every job to finish")
+        elapsed = time.perf_counter() - started
+        after = stack.cpu()
+        statements, commits = monitor.statements(), monitor.commits()
+        stats = requests.get(f"{stack.sandbox_url}/_sandbox/stats", timeout=10).json()
+    finally:
+        stop_stack(stack)
+    from django.db.models import Count
+
+    from jobtracking.models import ExtractionJob
+
+    outcome = dict(
+        ExtractionJob.objects.filter(extractor=extractor)
+        .values_list("status")
+        .annotate(n=Count("id"))
+    )
+    cpu = {name: 1000 * (after[name] - before[name]) / count for name in after}
+    return {
+        "label": label,
+        "jobs": count,
+        "created_s": created,
+        "wall_s": elapsed,
+        "rate": count / elapsed,
+        "statements": statements / count,
+        "commits": commits / count,
+        "cpu": cpu,
+        "stats": stats,
+        "outcome": outcome,
+    }
+
+
+def floor(monitor: Monitor, tasks: int) -> float:
+    """No-op tasks/s through a two-worker cluster with the engine's settings."""
+    from django_q.tasks import async_task
+
+    from tests.processes import wait_until
+
+    stack = start_stack(workers=2, clusters=1, dispatchers=0)
+    try:
+        started = time.perf_counter()
+        for _ in range(tasks):
+            async_task("bench.engine.noop")
+        wait_until(lambda: monitor.queued() == 0, 3600, "the no-op tasks")
+        return tasks / (time.perf_counter() - started)
+    finally:
+        stop_stack(stack)
+
+
+def report(run: dict, floor_rate: float) -> None:
+    stats = run["stats"]
+    requests_ = stats["requests"]
+    jobs = run["jobs"]
+    posts = requests_.get("POST", 0) / jobs
+    gets = requests_.get("GET", 0) / jobs
+    cpu = ", ".join(f"{name} {ms:.1f}" for name, ms in run["cpu"].items())
+    print(f"\n== {run['label']}: {jobs:,} jobs")
+    print(
+        f"wall {run['wall_s']:.1f} s -> {run['rate']:.1f} jobs/s "
+        f"({run['rate'] / floor_rate:.2f}x the no-op floor of {floor_rate:.1f} tasks/s); "
+        f"creation took {run['created_s']:.1f} s"
+    )
+    print(f"outcome: {run['outcome']}")
+    print(
+        f"per job: {run['statements']:.1f} SQL statements (target <= 15), "
+        f"{run['commits']:.2f} commits (target <= 4)"
+    )
+    print(f"CPU ms per job: {cpu}")
+    faults = stats.get("faults", {})
+    print(
+        f"extractor calls per job: {posts + gets:.2f} (submit {posts:.2f}, polls + result "
+        f"{gets:.2f}; target 3.00); duplicate keys {len(stats['duplicate_keys'])}, early polls "
+        f"{len(stats['early_polls'])}, 429 answers {faults.get('rate_limited', 0)}"
+    )
+
+
 def main() -> None:
     setup()
     from django.db import connection
-    from django.db.models import Count
 
-    from extraction.models import Adapter
-    from jobtracking import states
-    from jobtracking.models import ExtractionJob
-    from jobtracking.services import Actor, job_create
-    from tests.factories import ExtractorFactory
-    from tests.processes import answers, free_port, start_command, stop, wait_until
-
-    count = int(os.environ.get("BENCH_E2E_JOBS", 10_000))
-    workers = os.environ.get("Q_WORKERS", "2")
+    monitor = Monitor(os.environ["DATABASE_URL"])
     files = serve_samples()
-    port = free_port()
-    sandbox_url = f"http://127.0.0.1:{port}"
-    env = {"Q_SYNC": "0", "Q_WORKERS": workers}
-    processes = [
-        start_command("run_sandbox_extractor", "--port", str(port), env=env),
-        start_command("run_workers", env=env),
-        start_command("run_dispatcher", env=env),
-    ]
-    try:
-        wait_until(lambda: answers(f"{sandbox_url}/healthz"), 30, "the sandbox")
-        extractor = ExtractorFactory(
-            slug=f"bench-e2e-{int(time.time())}",
-            adapter=Adapter.SANDBOX,
-            base_url=sandbox_url,
-            poll_initial_interval=timedelta(milliseconds=500),
-            poll_max_interval=timedelta(seconds=5),
-        )
-        started = time.perf_counter()
-        names = sorted(p.name for p in SAMPLES.iterdir())
-        for n in range(count):
-            name = names[n % len(names)]
-            job_create(
-                extractor=extractor,
-                actor=Actor.system(),
-                file_id=f"bench-{n}",
-                file_name=name,
-                source_url=f"{files}/{name}",
+    count = int(os.environ.get("BENCH_E2E_JOBS", 10_000))
+    scale = int(os.environ.get("BENCH_SCALE_JOBS", 5_000))
+    floor_rate = floor(monitor, int(os.environ.get("BENCH_FLOOR_TASKS", 2_000)))
+    print(f"no-op floor: {floor_rate:.1f} django-q2 tasks/s (2 workers)")
+    one = {"clusters": 1, "dispatchers": 1}
+    runs = [run_jobs(monitor, files, count, "2 workers", {"workers": 2, **one})]
+    report(runs[0], floor_rate)
+    if scale:
+        for workers in (4, 8):
+            runs.append(
+                run_jobs(monitor, files, scale, f"{workers} workers", {"workers": workers, **one})
             )
-        created = time.perf_counter() - started
-        active = ExtractionJob.objects.filter(extractor=extractor, status__in=states.ACTIVE)
-        wait_until(lambda: not active.exists(), 3600, "every job to finish")
-        elapsed = time.perf_counter() - started
-        outcome = dict(
-            ExtractionJob.objects.filter(extractor=extractor)
-            .values_list("status")
-            .annotate(n=Count("id"))
-        )
-        stats = requests.get(f"{sandbox_url}/_sandbox/stats", timeout=10).json()
-        calls = sum(stats["requests"].values())
+            report(runs[-1], floor_rate)
+        two = {"workers": 2, "clusters": 2, "dispatchers": 2}
+        runs.append(run_jobs(monitor, files, scale, "2 clusters x 2 workers + 2 dispatchers", two))
+        report(runs[-1], floor_rate)
+    print("\n| run | jobs | jobs/s | statements/job | commits/job | vs floor |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for run in runs:
         print(
-            f"{count:,} jobs, {workers} workers: created in {created:.1f} s, "
-            f"all finished after {elapsed:.1f} s ({count / elapsed:.0f} jobs/s; target 10,000 "
-            f"in <= 120 s)"
+            f"| {run['label']} | {run['jobs']:,} | {run['rate']:.1f} | {run['statements']:.1f} "
+            f"| {run['commits']:.2f} | {run['rate'] / floor_rate:.2f}x |"
         )
-        print(f"outcome: {outcome}")
-        print(
-            f"extractor calls per job: {calls / count:.2f} "
-            f"(submit {stats['requests'].get('POST', 0) / count:.2f}, "
-            f"polls + result {stats['requests'].get('GET', 0) / count:.2f}); "
-            f"expected 3 = submit + 1 poll + 1 result"
-        )
-        connection.close()
-    finally:
-        for process in processes:
-            stop(process)
+    connection.close()
 
 
 if __name__ == "__main__":

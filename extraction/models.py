@@ -11,6 +11,10 @@ class Adapter(models.TextChoices):
     SANDBOX = "sandbox", "Bundled sandbox extractor"
 
 
+# Azure AI Document Intelligence's default (S0) limits: 15 analyze calls and 50 polls a second.
+DEFAULT_RATES = {Adapter.AZURE_DI: {"submit": 15.0, "poll": 50.0}}
+
+
 class Extractor(models.Model):
     """One configured external extractor. Its API key lives only in the environment variable
     named by `api_key_env`; the database never holds the key itself."""
@@ -38,6 +42,20 @@ class Extractor(models.Model):
     max_in_flight = models.PositiveIntegerField(
         default=0, help_text="Cap on concurrently submitted jobs; 0 means no cap."
     )
+    submit_rate = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Submissions per second across every worker; 0 means no limit, empty the "
+        "adapter's default (Azure: 15).",
+    )
+    poll_rate = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Polls and result fetches per second across every worker; 0 means no limit, "
+        "empty the adapter's default (Azure: 50).",
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -47,6 +65,13 @@ class Extractor(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def rate_limit(self, kind: str) -> float:
+        """Calls per second allowed for `kind` ("submit" or "poll"); 0 means no limit."""
+        configured = self.submit_rate if kind == "submit" else self.poll_rate
+        if configured is None:
+            return DEFAULT_RATES.get(self.adapter, {}).get(kind, 0.0)
+        return configured
 
     def api_key(self) -> str:
         """The key from the environment, or "" when none is configured."""

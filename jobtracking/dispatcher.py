@@ -1,5 +1,7 @@
-"""The dispatcher: the safety net and the poller. It claims jobs whose due_at has passed and
-enqueues a `process_job` task for each, and likewise webhook deliveries whose retry is due.
+"""The dispatcher hands out all job work. It claims jobs whose due_at has passed and enqueues
+one `process_jobs` task per batch of one extractor's jobs, and likewise a task per webhook
+delivery whose retry is due. A new job wakes it at once (PostgreSQL `NOTIFY`, see
+`jobtracking.wakeup`); otherwise it looks every `JOBS_DISPATCH_IDLE_SECONDS`.
 
 Claiming uses `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL, so several dispatchers on several
 machines never claim the same job, and the query walks the partial index of active jobs' due_at,
@@ -12,7 +14,9 @@ import os
 import signal
 import socket
 import time
+from collections import defaultdict
 from datetime import timedelta
+from functools import partial
 from uuid import UUID
 
 from django.conf import settings
@@ -21,8 +25,9 @@ from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.models import DeliveryState, ExtractionJob, WebhookDelivery
-from jobtracking.queue import enqueue_delivery, enqueue_process
+from jobtracking.queue import enqueue_batch, enqueue_delivery
 from jobtracking.tasks import beat
+from jobtracking.wakeup import Listener
 
 logger = logging.getLogger(__name__)
 
@@ -31,17 +36,29 @@ HEARTBEAT_EVERY_SECONDS = 5.0
 
 def claim_due_jobs(*, batch_size: int, lease: timedelta) -> list[UUID]:
     """Claim up to `batch_size` due jobs (oldest due first), push their due_at a lease ahead and
-    mark them claimed, in one transaction; enqueue their tasks once it has committed."""
+    mark them claimed, in one transaction; once it has committed, enqueue one task per
+    `JOBS_TASK_BATCH_SIZE` jobs of one extractor."""
     now = timezone.now()
     with transaction.atomic():
         due = ExtractionJob.objects.filter(status__in=sorted(states.ACTIVE), due_at__lte=now)
         if connection.features.has_select_for_update_skip_locked:
             due = due.select_for_update(skip_locked=True)
-        ids = list(due.order_by("due_at").values_list("pk", flat=True)[:batch_size])
-        if ids:
+        rows = list(due.order_by("due_at").values_list("pk", "extractor_id")[:batch_size])
+        if rows:
+            ids = [pk for pk, _ in rows]
             ExtractionJob.objects.filter(pk__in=ids).update(claimed_at=now, due_at=now + lease)
-            transaction.on_commit(lambda: [enqueue_process(pk) for pk in ids])
-    return ids
+            transaction.on_commit(partial(enqueue_batches, rows))
+    return [pk for pk, _ in rows]
+
+
+def enqueue_batches(rows: list[tuple[UUID, int]]) -> None:
+    by_extractor = defaultdict(list)
+    for pk, extractor_id in rows:
+        by_extractor[extractor_id].append(pk)
+    size = settings.JOBS_TASK_BATCH_SIZE
+    for ids in by_extractor.values():
+        for start in range(0, len(ids), size):
+            enqueue_batch(ids[start : start + size])
 
 
 def claim_due_deliveries(*, batch_size: int, lease: timedelta) -> list[int]:
@@ -73,6 +90,7 @@ class Dispatcher:
     def __init__(self, *, batch_size: int | None = None, idle: float | None = None) -> None:
         self.batch_size = batch_size or settings.JOBS_DISPATCH_BATCH_SIZE
         self.idle = settings.JOBS_DISPATCH_IDLE_SECONDS if idle is None else idle
+        self.gather = settings.JOBS_DISPATCH_GATHER_SECONDS
         self.lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
         self.name = f"dispatcher@{socket.gethostname()}:{os.getpid()}"
         self.stopping = False
@@ -85,10 +103,14 @@ class Dispatcher:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        listener = Listener()
         failures = 0
         while not self.stopping:
             try:
                 claimed = self.tick()
+                if claimed < self.batch_size and listener.wait(self.idle):
+                    # Woken by a new job: let the jobs created alongside it join its batch.
+                    time.sleep(self.gather)
                 failures = 0
             except DatabaseError as error:
                 # PostgreSQL restarted or unreachable: drop the broken connection and retry
@@ -99,9 +121,6 @@ class Dispatcher:
                 close_old_connections()
                 connection.close()
                 time.sleep(wait)
-                continue
-            if claimed < self.batch_size:
-                time.sleep(self.idle)
 
     def tick(self) -> int:
         claimed = len(claim_due_jobs(batch_size=self.batch_size, lease=self.lease))

@@ -133,6 +133,10 @@ class ExtractionJob(models.Model):
         indexes = [
             # Finding due work costs O(due jobs): only non-terminal rows are in this index.
             models.Index(fields=["due_at"], condition=ACTIVE_STATUS, name="job_due_active_idx"),
+            # The in-flight cap counts an extractor's active jobs by status.
+            models.Index(
+                fields=["extractor", "status"], condition=ACTIVE_STATUS, name="job_active_idx"
+            ),
             models.Index(fields=["status", "-created_at"], name="job_status_created_idx"),
             models.Index(fields=["extractor", "-created_at"], name="job_extractor_created_idx"),
             models.Index(fields=["-created_at"], name="job_created_idx"),
@@ -365,3 +369,23 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+class RateSlot(models.Model):
+    """When the next call of one kind to one extractor may go out: the shared state of its rate
+    limit (see `jobtracking.services.engine.reserve_slots`)."""
+
+    SUBMIT = "submit"
+    POLL = "poll"
+
+    extractor = models.ForeignKey(Extractor, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=10, choices=[(SUBMIT, "Submit"), (POLL, "Poll")])
+    next_free_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["extractor", "kind"], name="rate_slot_per_kind")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.extractor_id} {self.kind}"

@@ -1,4 +1,4 @@
-"""Hands work to django-q2. Tasks get the job id and nothing else (options go in q_options,
+"""Hands work to django-q2. Tasks get job ids and nothing else (options go in q_options,
 so no argument name is ever mistaken for a django-q2 option)."""
 
 from uuid import UUID
@@ -6,11 +6,12 @@ from uuid import UUID
 from django_q.tasks import async_task
 
 
-def enqueue_process(job_id: UUID | str) -> None:
+def enqueue_batch(job_ids: list[UUID]) -> None:
+    """One task for a batch of jobs of one extractor."""
     async_task(
-        "jobtracking.tasks.process_job",
-        str(job_id),
-        q_options={"task_name": f"process {job_id}", "group": "jobs"},
+        "jobtracking.tasks.process_jobs",
+        [str(pk) for pk in job_ids],
+        q_options={"task_name": f"process {len(job_ids)} from {job_ids[0]}", "group": "jobs"},
     )
 
 

@@ -1,13 +1,21 @@
-"""django-q2 tasks. Each takes a job id, calls the extractor outside any transaction, and records
-the outcome through the services. Redelivery is harmless: a task that finds its claim taken or
-its job moved on logs and returns. Retries are ours (job counters and due_at), never the broker's.
+"""django-q2 tasks. The engine's task takes a batch of job ids (the dispatcher groups due jobs by
+extractor), makes their extractor calls concurrently outside any transaction, and records the
+outcomes through the services: one transaction before the calls, one after. Redelivery is
+harmless: a copy of a task that finds its claims taken does nothing, and a job that moved on
+meanwhile is dropped from its batch. Retries are ours (job counters and due_at), never the
+broker's.
 """
 
 import logging
 import socket
-from datetime import timedelta
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
 
-from django.conf import settings
 from django.utils import timezone
 
 from extraction.clients.base import (
@@ -25,66 +33,87 @@ from extraction.errors import (
 )
 from extraction.registry import get_client
 from jobtracking import states
-from jobtracking.errors import InFlightLimitError, JobMovedOnError
+from jobtracking.errors import JobMovedOnError
 from jobtracking.logs import job_log_context, log_context
-from jobtracking.models import ExtractionJob, ServiceHeartbeat
+from jobtracking.models import ExtractionJob, RateSlot, ServiceHeartbeat
 from jobtracking.retention import jobs_purge, purgeable_jobs
 from jobtracking.schedule import next_delay
-from jobtracking.services import (
-    job_consume_claim,
-    job_defer,
-    job_fail,
-    job_hand_back_expired_lease,
-    job_mark_cancelled_by_extractor,
-    job_mark_processing,
-    job_mark_submitted,
-    job_mark_succeeded,
-    job_record_poll,
-    job_record_poll_error,
-    job_retry_submission,
-    job_take_lease,
-    job_time_out,
+from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
+from jobtracking.services.engine import (
+    Planned,
+    Result,
+    fail_move,
+    jobs_record,
+    jobs_start,
+    poll_error_move,
+    poll_move,
+    reserve_fetch_slots,
+    submit_retry_move,
+    submitted_move,
+    succeeded_move,
 )
 from jobtracking.webhooks import deliver
 
 logger = logging.getLogger(__name__)
 
 
-def process_job(job_id: str) -> None:
-    """Do whatever the job needs next: submit it, resubmit after an expired lease, poll it, or
-    time it out. Runs only for the copy of the task that wins the job's claim."""
-    if not job_consume_claim(job_id=job_id):
-        logger.info("job %s: claim already taken, nothing to do", job_id)
-        return
-    job = ExtractionJob.objects.select_related("extractor").filter(pk=job_id).first()
-    if job is None or job.is_terminal:
-        return
-    with job_log_context(job, job.status_id):
-        _process(job)
+@dataclass
+class Call:
+    """One extractor call's outcome: its value, or the error it raised."""
+
+    value: Any = None
+    error: ExtractorError | OSError | None = None
 
 
-def _process(job: ExtractionJob) -> None:
-    if job.deadline_at and job.deadline_at <= timezone.now():
-        _ignore_moved_on(job_time_out, job_id=job.pk)
-        return
-    if job.status_id == states.SUBMITTING:
-        if job.lease_expires_at and job.lease_expires_at > timezone.now():
-            return  # another worker holds a live lease; its due_at brings the job back if it dies
-        job = _ignore_moved_on(job_hand_back_expired_lease, job_id=job.pk)
-        if job is None:
-            return
-    if job.status_id == states.PENDING:
-        submit(job)
-    else:
-        poll(job)
-
-
-def _ignore_moved_on(service, **kwargs):
+def _call_at(at: datetime, action: Callable[[], Any]) -> Call:
+    """Wait for the call's rate slot, then make it."""
+    wait = (at - timezone.now()).total_seconds()
+    if wait > 0:
+        time.sleep(wait)
     try:
-        return service(**kwargs)
-    except JobMovedOnError as error:
-        logger.info("%s: %s", service.__name__, error.message)
-        return None
+        return Call(value=action())
+    except (ExtractorError, OSError) as error:
+        return Call(error=error)
+
+
+def process_jobs(job_ids: list[str]) -> None:
+    """Do whatever each job of the batch needs next: submit it (again, after an expired lease),
+    poll it (and fetch its result), or time it out. Acts only on the jobs whose claim this copy
+    of the task wins."""
+    started = jobs_start(job_ids=job_ids)
+    planned = started.submits + started.polls
+    if not planned:
+        logger.info("batch of %d: claims already taken, nothing to do", len(job_ids))
+        return
+    moves, results = [], {}
+    with ThreadPoolExecutor(max_workers=len(planned), thread_name_prefix="extractor") as pool:
+        submits = [
+            pool.submit(_call_at, p.at, lambda job=p.job: _submit(job)) for p in started.submits
+        ]
+        polls = [
+            pool.submit(_call_at, p.at, lambda job=p.job: _client(job).poll(job.external_url))
+            for p in started.polls
+        ]
+        for job, call in zip((p.job for p in started.submits), submits, strict=True):
+            moves.append(_submitted(job, call.result()))
+        polled = [(p.job, call.result()) for p, call in zip(started.polls, polls, strict=True)]
+        fetched = _fetch_results(pool, polled)
+        for job, call in polled:
+            move, result = _polled(job, call, fetched.get(job.pk))
+            moves.append(move)
+            if result is not None:
+                results[job.pk] = result
+    outcome = jobs_record(moves=moves, results=results)
+    _cancel_dropped_submissions(started.submits, outcome.refused, submits)
+
+
+def process_job(job_id: str) -> None:
+    """One job: a batch of one. Also runs tasks enqueued before the engine took batches."""
+    process_jobs([job_id])
+
+
+def _client(job: ExtractionJob) -> ExtractorClient:
+    return get_client(job.extractor)
 
 
 def _submit_request(job: ExtractionJob) -> SubmitRequest:
@@ -104,163 +133,141 @@ def _submit_request(job: ExtractionJob) -> SubmitRequest:
     )
 
 
-def submit(job: ExtractionJob) -> None:
-    """Take the lease, send the file, and record the outcome."""
-    try:
-        job = job_take_lease(job_id=job.pk)
-    except JobMovedOnError:
-        return
-    except InFlightLimitError:
-        job_defer(
-            job_id=job.pk,
-            status=states.PENDING,
-            delay=timedelta(seconds=settings.JOBS_IN_FLIGHT_RETRY_SECONDS),
-        )
-        return
-    token = job.submit_attempts
-    extractor = job.extractor
-    try:
-        request = _submit_request(job)
-    except OSError as error:
-        _ignore_moved_on(
-            job_fail,
-            job_id=job.pk,
-            expected_from={states.SUBMITTING},
-            code=ErrorCode.SOURCE_UNAVAILABLE,
-            message=f"Cannot read the uploaded file: {type(error).__name__}",
-            lease_token=token,
-        )
-        return
-    client = get_client(extractor)
-    try:
-        submission = client.submit(request)
-    except TransientExtractorError as error:
-        logger.warning("submission failed, will retry: %s", error.message)
-        delay = next_delay(
-            token - 1,
-            initial=extractor.poll_initial_interval,
-            cap=extractor.poll_max_interval,
-            retry_after=error.retry_after,
-        )
-        _ignore_moved_on(
-            job_retry_submission,
-            job_id=job.pk,
-            lease_token=token,
-            max_attempts=extractor.max_submit_attempts,
-            error=error.message,
-            http_status=error.http_status,
-            delay=delay,
-        )
-        return
-    except PermanentExtractorError as error:
-        _fail(job, error, expected_from={states.SUBMITTING}, lease_token=token)
-        return
-    first_poll_in = next_delay(
-        0,
-        initial=extractor.poll_initial_interval,
-        cap=extractor.poll_max_interval,
-        retry_after=submission.retry_after,
-    )
-    logger.info("submitted as %s (request %s)", submission.external_id, submission.request_id)
-    try:
-        job_mark_submitted(
-            job_id=job.pk,
+def _submit(job: ExtractionJob):
+    return _client(job).submit(_submit_request(job))
+
+
+def _submitted(job: ExtractionJob, call: Call) -> Move:
+    """The move that records a submission's outcome. The lease token is the number of the
+    submission attempt, taken with the lease."""
+    token, extractor = job.submit_attempts, job.extractor
+    error = call.error
+    with job_log_context(job, job.status_id):
+        if isinstance(error, OSError):
+            return fail_move(
+                job.pk,
+                expected_from={states.SUBMITTING},
+                code=ErrorCode.SOURCE_UNAVAILABLE,
+                message=f"Cannot read the uploaded file: {type(error).__name__}",
+                lease_token=token,
+            )
+        if isinstance(error, TransientExtractorError):
+            logger.warning("submission failed, will retry: %s", error.message)
+            delay = next_delay(
+                token - 1,
+                initial=extractor.poll_initial_interval,
+                cap=extractor.poll_max_interval,
+                retry_after=error.retry_after,
+            )
+            return submit_retry_move(
+                job.pk,
+                lease_token=token,
+                max_attempts=extractor.max_submit_attempts,
+                error=error.message,
+                http_status=error.http_status,
+                delay=delay,
+            )
+        if isinstance(error, PermanentExtractorError):
+            return _fail(job, error, expected_from={states.SUBMITTING}, lease_token=token)
+        submission = call.value
+        logger.info("submitted as %s (request %s)", submission.external_id, submission.request_id)
+        return submitted_move(
+            job.pk,
             lease_token=token,
             external_job_id=submission.external_id,
             external_url=submission.poll_url,
             request_id=submission.request_id,
-            first_poll_in=first_poll_in,
-            remote_ttl=client.result_ttl,
+            first_poll_in=next_delay(
+                0,
+                initial=extractor.poll_initial_interval,
+                cap=extractor.poll_max_interval,
+                retry_after=submission.retry_after,
+            ),
+            remote_ttl=_client(job).result_ttl,
         )
-    except JobMovedOnError as error:
-        # Cancelled (or taken over) while we were submitting: drop the extractor's copy.
-        logger.info("job %s moved on during submission (%s)", job.pk, error.message)
-        if ExtractionJob.objects.filter(pk=job.pk, status__in=states.TERMINAL).exists():
-            _cancel_quietly(client, submission.poll_url, job.pk)
 
 
-def poll(job: ExtractionJob) -> None:
-    """Ask the extractor how the job is doing and record the answer."""
+def _fetch_results(pool: ThreadPoolExecutor, polled: list[tuple[ExtractionJob, Call]]):
+    """Fetch the results of finished jobs whose protocol does not hand them over with the poll;
+    the fetches count against the extractor's poll rate."""
+    done = [
+        job
+        for job, call in polled
+        if isinstance(call.value, PollResult)
+        and call.value.status is RemoteStatus.SUCCEEDED
+        and call.value.output is None
+    ]
+    if not done:
+        return {}
+    if done[0].extractor.rate_limit(RateSlot.POLL):
+        slots = reserve_fetch_slots(done[0].extractor, len(done))
+    else:
+        slots = [timezone.now()] * len(done)
+    calls = [
+        pool.submit(_call_at, at, lambda job=job: _client(job).fetch_result(job.external_url))
+        for job, at in zip(done, slots, strict=True)
+    ]
+    return {job.pk: call.result() for job, call in zip(done, calls, strict=True)}
+
+
+def _polled(job: ExtractionJob, call: Call, fetch: Call | None) -> tuple[Move, Result | None]:
+    """The move that records a poll's answer (and the result, for a finished job)."""
     extractor = job.extractor
-    client = get_client(extractor)
-    try:
-        result = client.poll(job.external_url)
-        output = _output_if_done(client, job, result)
-    except TransientExtractorError as error:
-        logger.warning("poll failed, will retry: %s", error.message)
-        job_record_poll_error(
-            job=job,
-            error=error.message,
-            http_status=error.http_status,
-            next_poll_in=next_delay(
+    error = call.error or (fetch.error if fetch else None)
+    with job_log_context(job, job.status_id):
+        if isinstance(error, TransientExtractorError):
+            logger.warning("poll failed, will retry: %s", error.message)
+            next_poll_in = next_delay(
                 job.poll_error_count + 1,
                 initial=extractor.poll_initial_interval,
                 cap=extractor.poll_max_interval,
                 retry_after=error.retry_after,
+            )
+            move = poll_error_move(
+                job, error=error.message, http_status=error.http_status, next_poll_in=next_poll_in
+            )
+            return move, None
+        if isinstance(error, PermanentExtractorError):
+            return _fail(job, error, expected_from={job.status_id}), None
+        result: PollResult = call.value
+        logger.info("polled: %s (progress %s)", result.raw_status, result.progress)
+        outcome = result.status
+        if outcome is RemoteStatus.SUCCEEDED:
+            output: ExtractionOutput = result.output or fetch.value
+            done = Result(output.payload, output.page_count, output.model_version)
+            move = succeeded_move(
+                job.pk, seen_status=job.status_id, raw_status=result.raw_status, result=done
+            )
+            return move, done
+        if outcome is RemoteStatus.FAILED:
+            remote = ": ".join(part for part in (result.error_code, result.error_message) if part)
+            move = fail_move(
+                job.pk,
+                expected_from={job.status_id},
+                code=ErrorCode.EXTRACTION_FAILED,
+                message=remote or f"The extractor reported {result.raw_status}",
+                details={"external_status": result.raw_status, "remote_code": result.error_code},
+            )
+            return move, None
+        to_status = None
+        if outcome is RemoteStatus.CANCELED:
+            to_status = states.CANCELLED
+        elif outcome is RemoteStatus.RUNNING and job.status_id == states.SUBMITTED:
+            to_status = states.PROCESSING
+        move = poll_move(
+            job.pk,
+            seen_status=job.status_id,
+            to_status=to_status,
+            raw_status=result.raw_status,
+            progress=result.progress,
+            next_poll_in=next_delay(
+                job.poll_count + 1,
+                initial=extractor.poll_initial_interval,
+                cap=extractor.poll_max_interval,
+                retry_after=result.retry_after,
             ),
         )
-        return
-    except PermanentExtractorError as error:
-        _fail(job, error, expected_from={job.status_id})
-        return
-
-    logger.info("polled: %s (progress %s)", result.raw_status, result.progress)
-    next_poll_in = next_delay(
-        job.poll_count + 1,
-        initial=extractor.poll_initial_interval,
-        cap=extractor.poll_max_interval,
-        retry_after=result.retry_after,
-    )
-    outcome = result.status
-    if outcome is RemoteStatus.SUCCEEDED:
-        _ignore_moved_on(
-            job_mark_succeeded,
-            job_id=job.pk,
-            raw_status=result.raw_status,
-            payload=output.payload,
-            page_count=output.page_count,
-            model_version=output.model_version,
-        )
-    elif outcome is RemoteStatus.FAILED:
-        remote = ": ".join(part for part in (result.error_code, result.error_message) if part)
-        _ignore_moved_on(
-            job_fail,
-            job_id=job.pk,
-            expected_from={job.status_id},
-            code=ErrorCode.EXTRACTION_FAILED,
-            message=remote or f"The extractor reported {result.raw_status}",
-            details={"external_status": result.raw_status, "remote_code": result.error_code},
-        )
-    elif outcome is RemoteStatus.CANCELED:
-        _ignore_moved_on(
-            job_mark_cancelled_by_extractor,
-            job_id=job.pk,
-            expected_from={job.status_id},
-            raw_status=result.raw_status,
-        )
-    elif outcome is RemoteStatus.RUNNING and job.status_id == states.SUBMITTED:
-        _ignore_moved_on(
-            job_mark_processing,
-            job_id=job.pk,
-            raw_status=result.raw_status,
-            progress=result.progress,
-            next_poll_in=next_poll_in,
-        )
-    else:
-        job_record_poll(
-            job=job,
-            raw_status=result.raw_status,
-            progress=result.progress,
-            next_poll_in=next_poll_in,
-        )
-
-
-def _output_if_done(
-    client: ExtractorClient, job: ExtractionJob, result: PollResult
-) -> ExtractionOutput | None:
-    if result.status is not RemoteStatus.SUCCEEDED:
-        return None
-    return result.output or client.fetch_result(job.external_url)
+        return move, None
 
 
 def _fail(
@@ -269,10 +276,9 @@ def _fail(
     *,
     expected_from: set[str],
     lease_token: int | None = None,
-) -> None:
-    _ignore_moved_on(
-        job_fail,
-        job_id=job.pk,
+) -> Move:
+    return fail_move(
+        job.pk,
         expected_from=expected_from,
         code=error.code,
         message=error.message,
@@ -281,11 +287,37 @@ def _fail(
     )
 
 
+def _cancel_dropped_submissions(
+    submits: list[Planned], refused: dict[UUID, Exception], calls: list
+) -> None:
+    """A job cancelled (or taken over) while it was being submitted: drop the extractor's copy
+    if the job has ended meanwhile."""
+    accepted = {
+        p.job.pk: call.result().value.poll_url
+        for p, call in zip(submits, calls, strict=True)
+        if p.job.pk in refused and call.result().error is None
+    }
+    if not accepted:
+        return
+    ended = ExtractionJob.objects.filter(pk__in=accepted, status__in=states.TERMINAL)
+    for job in ended.select_related("extractor"):
+        logger.info("job %s moved on during submission (%s)", job.pk, refused[job.pk].message)
+        _cancel_quietly(_client(job), accepted[job.pk], job.pk)
+
+
 def _cancel_quietly(client: ExtractorClient, poll_url: str, job_id) -> None:
     try:
         client.cancel(poll_url)
     except ExtractorError as error:
         logger.warning("job %s: cancel at the extractor failed: %s", job_id, error.message)
+
+
+def _ignore_moved_on(service, **kwargs):
+    try:
+        return service(**kwargs)
+    except JobMovedOnError as error:
+        logger.info("%s: %s", service.__name__, error.message)
+        return None
 
 
 def cancel_at_extractor(job_id: str) -> None:

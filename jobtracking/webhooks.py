@@ -61,8 +61,10 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     transaction that writes the events: they commit together, and each delivery is handed to a
     task once they have. Its first due time is a lease away, so the dispatcher retries only a
     delivery whose task was lost."""
+    if not events:
+        return
     subscriptions = list(WebhookSubscription.objects.filter(active=True))
-    if not subscriptions or not events:
+    if not subscriptions:
         return
     now = timezone.now()
     lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)

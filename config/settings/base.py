@@ -172,6 +172,10 @@ JOBS_DISPATCH_LEASE_SECONDS = float(os.environ.get("JOBS_DISPATCH_LEASE_SECONDS"
 JOBS_WORKER_STOP_GRACE_SECONDS = float(os.environ.get("JOBS_WORKER_STOP_GRACE_SECONDS", "10"))
 JOBS_DISPATCH_BATCH_SIZE = int(os.environ.get("JOBS_DISPATCH_BATCH_SIZE", "200"))
 JOBS_DISPATCH_IDLE_SECONDS = float(os.environ.get("JOBS_DISPATCH_IDLE_SECONDS", "0.5"))
+# Woken by a new job, the dispatcher waits this long so that jobs created with it share a batch.
+JOBS_DISPATCH_GATHER_SECONDS = float(os.environ.get("JOBS_DISPATCH_GATHER_SECONDS", "0.05"))
+# Jobs of one extractor per task; the task makes all their extractor calls at once.
+JOBS_TASK_BATCH_SIZE = int(os.environ.get("JOBS_TASK_BATCH_SIZE", "25"))
 # A submission lease lasts the extractor's request timeout plus this margin.
 JOBS_SUBMIT_LEASE_MARGIN_SECONDS = float(os.environ.get("JOBS_SUBMIT_LEASE_MARGIN_SECONDS", "30"))
 # When an extractor's max_in_flight is reached, a pending job looks again after this long.

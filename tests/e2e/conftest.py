@@ -76,9 +76,16 @@ class Stack:
         return {pid: process_title(pid) for pid in descendants(self.cluster.pid)}
 
     def worker_running(self, job_id) -> int | None:
-        """The pid of the worker whose process title says it runs this job's task."""
-        needle = f"processing process {job_id}"
-        return next((pid for pid, title in self.titles().items() if needle in title), None)
+        """The pid of the worker whose process title says it runs a batch led by this job."""
+        needle = f"from {job_id}"
+        return next(
+            (
+                pid
+                for pid, title in self.titles().items()
+                if "processing" in title and needle in title
+            ),
+            None,
+        )
 
     def start(self, *args: str, log: str, **env: str):
         process = start_command(*args, env={**self.env, **env}, log=self.log_dir / log)

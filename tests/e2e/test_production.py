@@ -128,4 +128,4 @@ def test_gunicorn_serves_a_job_end_to_end_and_logs_keep_the_key_secret(stack, sa
     about_job = [entry for entry in structured if entry.get("job_id") == job_id]
     assert about_job, "no structured log line carries the job id"
     assert all(entry["extractor"] == "sandbox" and entry["attempt"] == 1 for entry in about_job)
-    assert {entry["event"] for entry in about_job} >= {"pending", "submitted"}
+    assert {entry["event"] for entry in about_job} >= {"submitting", "submitted"}

@@ -1,8 +1,6 @@
 import itertools
-from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -46,9 +44,8 @@ def test_job_create_writes_pending_job_audit_row_and_event(extractor, api_actor)
     assert job.status_id == "pending"
     assert job.attempt == 1
     assert job.requested_by == api_actor.user
-    # Handed to a worker at once (claimed); due again after the dispatch lease if that is lost.
-    assert job.claimed_at == job.created_at
-    assert job.due_at == job.created_at + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
+    # Due at once; the dispatcher, woken by the creating transaction, hands it to a worker.
+    assert (job.due_at, job.claimed_at) == (job.created_at, None)
     assert job.deadline_at == job.created_at + extractor.max_duration
     (change,) = JobStatusChange.objects.filter(job=job)
     assert (change.from_status_id, change.to_status_id) == (None, "pending")

@@ -13,7 +13,8 @@ from extraction.models import Adapter
 from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.models import ExtractionJob, ExtractionResult, JobEvent, JobStatusChange
-from jobtracking.services import Actor, job_cancel, job_create, job_take_lease
+from jobtracking.services import Actor, job_cancel, job_create
+from jobtracking.services.engine import jobs_start
 from jobtracking.tasks import _submit_request, process_job, reap_stuck_jobs
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 
@@ -241,8 +242,8 @@ def test_an_expired_lease_is_handed_back_and_resubmitted_with_the_same_key(
     job = new_job(sandbox_extractor)
     # A worker took the lease, submitted, and died before recording the answer.
     ExtractionJob.objects.filter(pk=job.pk).update(claimed_at=timezone.now())
-    leased = job_take_lease(job_id=job.pk)
-    get_client(sandbox_extractor).submit(_submit_request(leased))
+    (leased,) = jobs_start(job_ids=[job.pk]).submits
+    get_client(sandbox_extractor).submit(_submit_request(leased.job))
     ExtractionJob.objects.filter(pk=job.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1), due_at=timezone.now()
     )

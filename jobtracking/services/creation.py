@@ -1,0 +1,249 @@
+"""Creating jobs: one at a time (optionally keyed by the client's Idempotency-Key) or many in
+one transaction. A new job is `pending` and due at once; its creating transaction wakes the
+dispatcher (`jobtracking.wakeup`), which hands it to a worker as soon as it has committed."""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files import File
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from extraction.models import Extractor
+from jobtracking import states
+from jobtracking.errors import (
+    ActiveJobExistsError,
+    ApplicationError,
+    ExtractorDisabledError,
+    IdempotencyKeyReusedError,
+    JobValidationError,
+)
+from jobtracking.events import job_event_payload
+from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
+from jobtracking.services.transitions import Actor, active_job_error
+from jobtracking.wakeup import notify_due
+from jobtracking.webhooks import deliveries_fan_out
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def _validate_new_job(
+    *, extractor: Extractor, file_id: str, source_url: str, upload: File | None, options, metadata
+) -> None:
+    if not extractor.enabled:
+        raise ExtractorDisabledError(f"Extractor {extractor.slug} is disabled.")
+    problems = {}
+    if not file_id.strip():
+        problems["file_id"] = "This field is required."
+    if bool(source_url) == bool(upload):
+        problems["source"] = "Give exactly one of source_url and an uploaded file."
+    for name, value, cap in (
+        ("options", options, settings.JOBS_OPTIONS_MAX_BYTES),
+        ("metadata", metadata, settings.JOBS_METADATA_MAX_BYTES),
+    ):
+        if not isinstance(value, dict):
+            problems[name] = "Must be a JSON object."
+        elif _json_size(value) > cap:
+            problems[name] = f"Must be at most {cap} bytes as JSON."
+    if problems:
+        raise JobValidationError(problems)
+
+
+def job_create(
+    *,
+    extractor: Extractor,
+    file_id: str,
+    actor: Actor,
+    source_url: str = "",
+    upload: File | None = None,
+    file_name: str = "",
+    content_type: str = "",
+    file_size: int | None = None,
+    file_sha256: str = "",
+    options: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    request_fingerprint: str = "",
+    reason: str = "",
+) -> ExtractionJob:
+    """Create a `pending` job due now, with its `job.created` audit row and event.
+
+    Refuses a disabled extractor, bad input, and a second active job for the same
+    (extractor, file_id) — the last one enforced by the database's partial unique index, so it
+    holds under concurrency. Runs in its own transaction (a savepoint inside a caller's).
+    """
+    options = {} if options is None else options
+    metadata = {} if metadata is None else metadata
+    _validate_new_job(
+        extractor=extractor,
+        file_id=file_id,
+        source_url=source_url,
+        upload=upload,
+        options=options,
+        metadata=metadata,
+    )
+    now = timezone.now()
+    job = ExtractionJob(
+        extractor=extractor,
+        status_id=states.PENDING,
+        file_id=file_id,
+        file_name=file_name,
+        content_type=content_type,
+        file_size=file_size,
+        file_sha256=file_sha256,
+        source_url=source_url,
+        options=options,
+        metadata=metadata,
+        requested_by=actor.user,
+        idempotency_key=idempotency_key,
+        request_fingerprint=request_fingerprint,
+        created_at=now,
+        due_at=now,
+        deadline_at=now + extractor.max_duration,
+    )
+    if upload is not None:
+        job.upload.save(upload.name or file_name or "upload", upload, save=False)
+    try:
+        with transaction.atomic():
+            job.save(force_insert=True)
+            _record_created([job], actor=actor, reason=reason, now=now)
+            notify_due()
+    except IntegrityError:
+        if error := active_job_error(extractor, file_id):
+            raise error from None
+        raise
+    return job
+
+
+def _replayed_job(
+    user: AbstractBaseUser | None, idempotency_key: str, fingerprint: str
+) -> ExtractionJob | None:
+    job = ExtractionJob.objects.filter(requested_by=user, idempotency_key=idempotency_key).first()
+    if job is not None and job.request_fingerprint != fingerprint:
+        raise IdempotencyKeyReusedError(
+            f"Idempotency-Key {idempotency_key!r} was used for a different request (job {job.id}).",
+            job_id=str(job.id),
+        )
+    return job
+
+
+def job_create_idempotent(
+    *, idempotency_key: str, request_fingerprint: str, actor: Actor, **fields: Any
+) -> tuple[ExtractionJob, bool]:
+    """`job_create` keyed by the client's Idempotency-Key: the same key with the same request
+    returns the original job (created=False); with a different request it is refused
+    (`IdempotencyKeyReusedError`). Concurrent twins are settled by the unique constraint."""
+    if existing := _replayed_job(actor.user, idempotency_key, request_fingerprint):
+        return existing, False
+    try:
+        job = job_create(
+            actor=actor,
+            idempotency_key=idempotency_key,
+            request_fingerprint=request_fingerprint,
+            **fields,
+        )
+    except IntegrityError:
+        if existing := _replayed_job(actor.user, idempotency_key, request_fingerprint):
+            return existing, False
+        raise
+    return job, True
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    index: int
+    job: ExtractionJob | None = None
+    error: ApplicationError | None = None
+
+
+def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOutcome]:
+    """Create many validated jobs (each a dict of `job_create` fields with a URL source) in one
+    transaction and a handful of queries: one read of conflicting active jobs, then one insert
+    each for jobs, audit rows and events. Items that conflict with an active job (stored or
+    earlier in the batch) get an `ActiveJobExistsError` outcome; the others are created. The
+    dispatcher picks the new jobs up (they are due now) within about a second."""
+    now = timezone.now()
+    keys = {(item["extractor"].pk, item["file_id"]) for item in items}
+    active = {
+        (extractor_id, file_id): job_id
+        for extractor_id, file_id, job_id in ExtractionJob.objects.filter(
+            status__in=states.ACTIVE,
+            extractor_id__in={k[0] for k in keys},
+            file_id__in={k[1] for k in keys},
+        ).values_list("extractor_id", "file_id", "id")
+        if (extractor_id, file_id) in keys
+    }
+    outcomes, jobs = [], []
+    for index, item in enumerate(items):
+        key = (item["extractor"].pk, item["file_id"])
+        if key in active:
+            outcomes.append(
+                BulkOutcome(
+                    index,
+                    error=ActiveJobExistsError(
+                        f"Job {active[key]} is already active for file {item['file_id']} "
+                        f"on {item['extractor'].slug}.",
+                        job_id=str(active[key]),
+                    ),
+                )
+            )
+            continue
+        job = ExtractionJob(
+            status_id=states.PENDING,
+            requested_by=actor.user,
+            created_at=now,
+            updated_at=now,
+            due_at=now,
+            deadline_at=now + item["extractor"].max_duration,
+            **item,
+        )
+        active[key] = job.id
+        jobs.append(job)
+        outcomes.append(BulkOutcome(index, job=job))
+    try:
+        with transaction.atomic():
+            _insert_created(jobs, actor=actor, now=now)
+    except IntegrityError:
+        # A concurrent request made one of these files active meanwhile: one savepoint each.
+        return [_create_one(index, item, actor) for index, item in enumerate(items)]
+    return outcomes
+
+
+def _create_one(index: int, item: dict[str, Any], actor: Actor) -> BulkOutcome:
+    try:
+        return BulkOutcome(index, job=job_create(actor=actor, reason="Bulk create", **item))
+    except ApplicationError as error:
+        return BulkOutcome(index, error=error)
+
+
+def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, now) -> None:
+    ExtractionJob.objects.bulk_create(jobs)
+    _record_created(jobs, actor=actor, reason="Bulk create", now=now)
+    notify_due()
+
+
+def _record_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now) -> None:
+    """The creation's audit rows and `job.created` events (the transition from nothing)."""
+    JobStatusChange.objects.bulk_create(
+        JobStatusChange(
+            job=job,
+            to_status_id=states.PENDING,
+            attempt=1,
+            changed_at=now,
+            actor_type=actor.type,
+            actor=actor.user,
+            reason=reason,
+            details=actor.details,
+        )
+        for job in jobs
+    )
+    events = JobEvent.objects.bulk_create(
+        JobEvent(job=job, type=states.EVENT_CREATED, payload=job_event_payload(job), created_at=now)
+        for job in jobs
+    )
+    deliveries_fan_out(events)

@@ -1,0 +1,444 @@
+"""The worker's moves, in batches. A batch task (`tasks.process_jobs`) runs three steps:
+
+1. `jobs_start`, one transaction: consume the batch's claims; time out overdue jobs; hand back
+   expired submission leases; take submission leases within the extractor's in-flight cap and
+   submission rate; reserve poll slots within its poll rate. Jobs that must wait get a later
+   `due_at` and the dispatcher hands them out again then.
+2. The extractor calls, concurrently, outside any transaction (`tasks.py`).
+3. `jobs_record`, one transaction: every call's outcome as a move through `jobs_transition`
+   (compare-and-set per job: the lease token, the status the worker saw), results stored.
+
+In-flight cap: only the lease step takes a per-extractor advisory lock (PostgreSQL) before it
+counts the extractor's in-flight jobs, so no other transition, and no job insert, ever waits on
+it. On SQLite every write transaction is serialized anyway (`IMMEDIATE`).
+
+Rate limits are shared by every worker on every machine through one `RateSlot` row per extractor
+and kind (submit, poll): each reservation hands out evenly spaced call times (no burst, at most
+`HORIZON` ahead) and moves the row's `next_free_at` past them. The call goes out at its time.
+"""
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.db import connection, transaction
+from django.utils import timezone
+
+from extraction.errors import ErrorCode
+from extraction.models import Extractor
+from jobtracking import states
+from jobtracking.errors import JobMovedOnError
+from jobtracking.models import ExtractionJob, ExtractionResult, RateSlot
+from jobtracking.queue import enqueue_cancel_at_extractor
+from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
+from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
+
+IN_FLIGHT = (states.SUBMITTING, states.SUBMITTED, states.PROCESSING)
+IN_FLIGHT_LOCK = 0x6A6F62  # advisory lock namespace ("job"); the second key is the extractor id
+HORIZON = timedelta(seconds=1)
+
+
+@dataclass
+class Planned:
+    """A job whose extractor call may go out at `at`."""
+
+    job: ExtractionJob
+    at: datetime
+
+
+@dataclass
+class StartedBatch:
+    submits: list[Planned] = field(default_factory=list)
+    polls: list[Planned] = field(default_factory=list)
+
+
+# Step 1
+
+
+def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
+    """Consume the claims of `job_ids` and decide, in one transaction, what each job does now.
+    A job locked by someone else, or whose claim is gone (a redelivered task), is skipped: its
+    claim lease brings it back if needed."""
+    with transaction.atomic():
+        jobs = list(
+            ExtractionJob.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("extractor")
+            .filter(pk__in=job_ids, claimed_at__isnull=False)
+            .order_by("pk")
+        )
+        if not jobs:
+            return StartedBatch()
+        now = timezone.now()
+        moves = [Move(job.pk, None, prepare=_release_claim) for job in jobs]
+        to_lease, to_poll = defaultdict(list), defaultdict(list)
+        handed_back: defaultdict[int, int] = defaultdict(int)
+        for job in jobs:
+            if job.deadline_at and job.deadline_at <= now:
+                moves.append(_time_out_move(job))
+            elif job.status_id == states.SUBMITTING:
+                if job.lease_expires_at and job.lease_expires_at > now:
+                    continue  # a live lease: its worker is still on it
+                moves.append(_hand_back_move(job))
+                handed_back[job.extractor_id] += 1
+                to_lease[job.extractor].append(job)
+            elif job.status_id == states.PENDING:
+                to_lease[job.extractor].append(job)
+            else:
+                to_poll[job.extractor].append(job)
+        started = StartedBatch()
+        for extractor, candidates in to_lease.items():
+            room = _in_flight_room(extractor, len(candidates), handed_back[extractor.pk])
+            slots, free_at = reserve_slots(extractor, RateSlot.SUBMIT, room, now)
+            for job, at in zip(candidates, slots, strict=False):
+                moves.append(_lease_move(job, extractor, now))
+                started.submits.append(Planned(job, at))
+            # Left over by the in-flight cap (all `room` had slots) or by the rate limit.
+            wait_until = now + _in_flight_wait() if len(slots) == room else free_at
+            moves += [_defer_move(job, wait_until) for job in candidates[len(slots) :]]
+        for extractor, candidates in to_poll.items():
+            slots, free_at = reserve_slots(extractor, RateSlot.POLL, len(candidates), now)
+            started.polls += [Planned(job, at) for job, at in zip(candidates, slots, strict=False)]
+            moves += [_defer_move(job, free_at) for job in candidates[len(slots) :]]
+        outcome = jobs_transition(moves, actor=SYSTEM, locked={job.pk: job for job in jobs})
+    started.submits = [p for p in started.submits if p.job.pk not in outcome.refused]
+    started.polls = [p for p in started.polls if p.job.pk not in outcome.refused]
+    return started
+
+
+def _release_claim(job: ExtractionJob) -> None:
+    job.claimed_at = None
+
+
+def _time_out_move(job: ExtractionJob) -> Move:
+    cancel = partial(enqueue_cancel_at_extractor, job.pk) if job.external_url else None
+    return Move(
+        job.pk,
+        states.TIMED_OUT,
+        expected_from=states.ACTIVE,
+        reason="Deadline passed",
+        prepare=time_out,
+        on_commit=cancel,
+    )
+
+
+def _hand_back_move(job: ExtractionJob) -> Move:
+    return Move(
+        job.pk,
+        states.PENDING,
+        expected_from={states.SUBMITTING},
+        reason=HAND_BACK_REASON,
+        details={"resubmission": True},
+        prepare=hand_back,
+    )
+
+
+def _lease_move(job: ExtractionJob, extractor: Extractor, now: datetime) -> Move:
+    """pending → submitting: the worker may now call the extractor. The lease (and `due_at`)
+    end after the extractor's request timeout plus a margin; then the job is handed back."""
+
+    def take_lease(job: ExtractionJob) -> None:
+        job.submit_attempts += 1
+        margin = timedelta(seconds=settings.JOBS_SUBMIT_LEASE_MARGIN_SECONDS)
+        job.lease_expires_at = job.due_at = now + extractor.request_timeout + margin
+
+    return Move(job.pk, states.SUBMITTING, expected_from={states.PENDING}, prepare=take_lease)
+
+
+def _defer_move(job: ExtractionJob, until: datetime) -> Move:
+    """No room (in-flight cap) or no rate slot now: look again at `until`."""
+
+    def defer(job: ExtractionJob) -> None:
+        job.due_at = until
+
+    return Move(job.pk, None, prepare=defer)
+
+
+def _in_flight_wait() -> timedelta:
+    return timedelta(seconds=settings.JOBS_IN_FLIGHT_RETRY_SECONDS)
+
+
+def _in_flight_room(extractor: Extractor, wanted: int, handed_back: int) -> int:
+    """How many of `wanted` jobs may take a lease under the extractor's `max_in_flight`."""
+    if not extractor.max_in_flight:
+        return wanted
+    if connection.vendor == "postgresql":
+        # Held to the end of this transaction: two lease steps for one extractor count in turn.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [IN_FLIGHT_LOCK, extractor.pk])
+    running = ExtractionJob.objects.filter(extractor=extractor, status__in=IN_FLIGHT).count()
+    # Jobs handed back in this same step are still counted as submitting.
+    return max(0, min(wanted, extractor.max_in_flight - running + handed_back))
+
+
+def reserve_slots(
+    extractor: Extractor, kind: str, wanted: int, now: datetime
+) -> tuple[list[datetime], datetime]:
+    """Call times for up to `wanted` calls of `kind` under the extractor's rate, spaced 1/rate
+    apart and no later than `HORIZON` from now; and when the next slot after them is free.
+    Without a rate limit every call may go now. Call inside a transaction."""
+    rate = extractor.rate_limit(kind)
+    if not rate or not wanted:
+        return [now] * wanted, now
+    slot = _locked_slot(extractor, kind, now)
+    start = max(slot.next_free_at, now)
+    interval = timedelta(seconds=1 / rate)
+    room = math.floor((now + HORIZON - start) / interval) + 1 if start <= now + HORIZON else 0
+    granted = max(0, min(wanted, room))
+    slot.next_free_at = start + granted * interval
+    slot.save(update_fields=["next_free_at"])
+    return [start + n * interval for n in range(granted)], slot.next_free_at
+
+
+def _locked_slot(extractor: Extractor, kind: str, now: datetime) -> RateSlot:
+    slots = RateSlot.objects.select_for_update().filter(extractor=extractor, kind=kind)
+    slot = slots.first()
+    if slot is None:
+        RateSlot.objects.get_or_create(
+            extractor=extractor, kind=kind, defaults={"next_free_at": now}
+        )
+        slot = slots.get()
+    return slot
+
+
+def reserve_fetch_slots(extractor: Extractor, wanted: int) -> list[datetime]:
+    """Result fetches count against the poll rate; those beyond the horizon go out at once
+    after the granted ones (a result is never left behind for a rate limit)."""
+    now = timezone.now()
+    with transaction.atomic():
+        slots, free_at = reserve_slots(extractor, RateSlot.POLL, wanted, now)
+    return slots + [free_at] * (wanted - len(slots))
+
+
+# Step 3: each builder turns one call's outcome into a move; `jobs_record` applies them.
+
+
+def _check_lease(job: ExtractionJob, lease_token: int) -> None:
+    # The lease token is the submit attempt number that took the lease: if the lease expired and
+    # another worker took a new one, this worker's result is no longer wanted.
+    if job.submit_attempts != lease_token:
+        raise JobMovedOnError(f"Job {job.id} lease {lease_token} was taken over.")
+
+
+def submitted_move(
+    job_id: UUID,
+    *,
+    lease_token: int,
+    external_job_id: str,
+    external_url: str,
+    request_id: str,
+    first_poll_in: timedelta,
+    remote_ttl: timedelta | None,
+) -> Move:
+    """submitting → submitted: the extractor accepted the job. Its poll location is stored in
+    this same transaction, so polling resumes after any restart."""
+
+    def prepare(job: ExtractionJob) -> None:
+        _check_lease(job, lease_token)
+        now = timezone.now()
+        job.external_job_id = external_job_id[:255]
+        job.external_url = external_url[:2000]
+        job.external_request_id = request_id[:100]
+        job.lease_expires_at = None
+        job.due_at = now + first_poll_in
+        job.remote_expires_at = now + remote_ttl if remote_ttl else None
+
+    return Move(
+        job_id,
+        states.SUBMITTED,
+        expected_from={states.SUBMITTING},
+        details={"external_job_id": external_job_id, "request_id": request_id},
+        prepare=prepare,
+    )
+
+
+def fail_move(
+    job_id: UUID,
+    *,
+    expected_from: Collection[str],
+    code: ErrorCode,
+    message: str,
+    details: dict[str, Any] | None = None,
+    lease_token: int | None = None,
+) -> Move:
+    """→ failed with an error code from the fixed vocabulary."""
+
+    def prepare(job: ExtractionJob) -> None:
+        if lease_token is not None:
+            _check_lease(job, lease_token)
+        job.error_code = code
+        job.error_message = message[:2000]
+
+    return Move(
+        job_id,
+        states.FAILED,
+        expected_from=expected_from,
+        reason=message[:500],
+        details={"error_code": code, **(details or {})},
+        prepare=prepare,
+    )
+
+
+def submit_retry_move(
+    job_id: UUID,
+    *,
+    lease_token: int,
+    max_attempts: int,
+    error: str,
+    http_status: int | None,
+    delay: timedelta,
+) -> Move:
+    """submitting → pending after a transient fault, to try again after `delay`; → failed
+    (`extractor_unavailable`) once `max_attempts` submissions are spent. The lease token is the
+    number of the attempt that just failed."""
+    details = {"error": error, "http_status": http_status, "submit_attempts": lease_token}
+    if lease_token >= max_attempts:
+        return fail_move(
+            job_id,
+            expected_from={states.SUBMITTING},
+            code=ErrorCode.EXTRACTOR_UNAVAILABLE,
+            message=f"Gave up after {lease_token} submission attempts: {error}",
+            details=details,
+            lease_token=lease_token,
+        )
+
+    def prepare(job: ExtractionJob) -> None:
+        _check_lease(job, lease_token)
+        job.lease_expires_at = None
+        job.due_at = timezone.now() + delay
+
+    return Move(
+        job_id,
+        states.PENDING,
+        expected_from={states.SUBMITTING},
+        reason=f"Transient fault; retrying in {delay.total_seconds():.1f}s",
+        details=details,
+        prepare=prepare,
+    )
+
+
+def _record_poll(
+    job: ExtractionJob, raw_status: str, progress: int | None, next_poll_in: timedelta | None
+) -> None:
+    job.poll_count += 1
+    job.poll_error_count = 0
+    job.external_status = raw_status[:50]
+    if progress is not None:
+        job.progress = max(0, min(100, progress))
+    if next_poll_in is not None:
+        job.due_at = timezone.now() + next_poll_in
+
+
+def poll_move(
+    job_id: UUID,
+    *,
+    seen_status: str,
+    to_status: str | None,
+    raw_status: str,
+    progress: int | None,
+    next_poll_in: timedelta | None,
+) -> Move:
+    """A poll's answer: counted, the extractor's word and progress kept, the error count reset,
+    the next poll scheduled. `to_status` is processing (it started running), cancelled (by the
+    extractor) or None (no change of status)."""
+    reason = "Cancelled by the extractor" if to_status == states.CANCELLED else ""
+    details = {"external_status": raw_status, "progress": progress} if to_status else None
+    return Move(
+        job_id,
+        to_status,
+        expected_from={seen_status},
+        reason=reason,
+        details=details,
+        prepare=lambda job: _record_poll(job, raw_status, progress, next_poll_in),
+    )
+
+
+def poll_error_move(
+    job: ExtractionJob, *, error: str, http_status: int | None, next_poll_in: timedelta
+) -> Move:
+    """A transient poll fault: counted, polled again later; past the extractor's
+    `max_poll_errors` the job fails with `extractor_unavailable`."""
+    if job.poll_error_count + 1 >= job.extractor.max_poll_errors:
+        return fail_move(
+            job.pk,
+            expected_from={job.status_id},
+            code=ErrorCode.EXTRACTOR_UNAVAILABLE,
+            message=f"Gave up after {job.poll_error_count + 1} failed polls: {error}",
+            details={"error": error, "http_status": http_status},
+        )
+
+    def prepare(job: ExtractionJob) -> None:
+        job.poll_error_count += 1
+        job.due_at = timezone.now() + next_poll_in
+
+    return Move(job.pk, None, expected_from={job.status_id}, prepare=prepare)
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished job's output, serialized once for its digest, size and storage."""
+
+    payload: dict[str, Any]
+    page_count: int | None
+    model_version: str
+    body: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        body = json.dumps(self.payload, separators=(",", ":"), sort_keys=True).encode()
+        object.__setattr__(self, "body", body)
+
+
+def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: Result) -> Move:
+    """submitted/processing → succeeded; `jobs_record` stores the result in the same
+    transaction."""
+
+    def prepare(job: ExtractionJob) -> None:
+        _record_poll(job, raw_status, 100, None)
+
+    return Move(
+        job_id,
+        states.SUCCEEDED,
+        expected_from={seen_status},
+        details={"external_status": raw_status, "result_bytes": len(result.body)},
+        prepare=prepare,
+    )
+
+
+def jobs_record(*, moves: list[Move], results: dict[UUID, Result]) -> BatchOutcome:
+    """Apply a batch's outcomes in one transaction, with the results of the jobs that succeeded:
+    inline JSON up to `JOBS_RESULT_INLINE_MAX_BYTES`, otherwise a file in Django storage."""
+    with transaction.atomic():
+        outcome = jobs_transition(moves, actor=SYSTEM)
+        rows = [
+            _result_row(outcome.moved[pk], result)
+            for pk, result in results.items()
+            if pk not in outcome.refused and outcome.moved[pk].status_id == states.SUCCEEDED
+        ]
+        ExtractionResult.objects.bulk_create(rows)
+    return outcome
+
+
+def _result_row(job: ExtractionJob, result: Result) -> ExtractionResult:
+    inline = len(result.body) <= settings.JOBS_RESULT_INLINE_MAX_BYTES
+    row = ExtractionResult(
+        job=job,
+        attempt=job.attempt,
+        payload=result.payload if inline else None,
+        content_sha256=hashlib.sha256(result.body).hexdigest(),
+        size_bytes=len(result.body),
+        page_count=result.page_count,
+        model_version=result.model_version[:200],
+    )
+    if not inline:
+        # Written inside the transaction so that a failed commit leaves no result row; an
+        # orphaned file is harmless and named after the job and attempt.
+        row.payload_file.save(f"{job.id}-{job.attempt}.json", ContentFile(result.body), save=False)
+    return row

@@ -1,0 +1,121 @@
+"""What people and housekeeping do to a job: requeue, cancel, time out, hand back a dead
+worker's lease. Each is one transition through `job_transition`."""
+
+from functools import partial
+from uuid import UUID
+
+from django.db import transaction
+from django.utils import timezone
+
+from extraction.errors import ErrorCode
+from jobtracking import states
+from jobtracking.errors import ExtractorDisabledError, JobMovedOnError
+from jobtracking.models import ExtractionJob
+from jobtracking.queue import enqueue_cancel_at_extractor
+from jobtracking.services.transitions import SYSTEM, Actor, job_transition
+from jobtracking.wakeup import notify_due
+
+
+def _reset_for_new_attempt(job: ExtractionJob) -> None:
+    now = timezone.now()
+    job.attempt += 1
+    job.submit_attempts = job.poll_count = job.poll_error_count = 0
+    job.external_job_id = job.external_url = job.external_status = job.external_request_id = ""
+    job.progress = 0
+    job.remote_expires_at = job.lease_expires_at = job.claimed_at = None
+    job.error_code = job.error_message = ""
+    job.submitted_at = job.started_at = job.completed_at = None
+    job.deadline_at = now + job.extractor.max_duration
+    job.due_at = now
+
+
+def job_requeue(
+    *, job_id: UUID | str, actor: Actor, reason: str = "", force: bool = False
+) -> ExtractionJob:
+    """Send a terminal job back to `pending` as a new attempt (attempt + 1, counters and
+    external ids reset, a fresh deadline), due at once. A `succeeded` job needs `force`. Earlier
+    attempts' history and results stay. Refused while another active job exists for the same
+    file."""
+
+    def prepare(job: ExtractionJob) -> None:
+        if not job.extractor.enabled:
+            raise ExtractorDisabledError(f"Extractor {job.extractor.slug} is disabled.")
+        _reset_for_new_attempt(job)
+
+    with transaction.atomic():
+        job = job_transition(
+            job_id=job_id,
+            to_status=states.PENDING,
+            actor=actor,
+            reason=reason,
+            force=force,
+            prepare=prepare,
+        )
+        notify_due()
+    return job
+
+
+def cancel_remote_on_commit(job: ExtractionJob) -> None:
+    """Ask the extractor to drop the job too (best effort) once our change has committed."""
+    if job.external_url:
+        transaction.on_commit(partial(enqueue_cancel_at_extractor, job.id))
+
+
+def job_cancel(*, job_id: UUID | str, actor: Actor, reason: str = "") -> ExtractionJob:
+    """Cancel an active job, and the extractor's copy of it (best effort, after commit).
+    Refused (`InvalidTransitionError`) once the job is terminal."""
+    with transaction.atomic():
+        job = job_transition(job_id=job_id, to_status=states.CANCELLED, actor=actor, reason=reason)
+        cancel_remote_on_commit(job)
+    return job
+
+
+def time_out(job: ExtractionJob) -> None:
+    """The `prepare` of a move to `timed_out`: refused before the deadline."""
+    if job.deadline_at is None or job.deadline_at > timezone.now():
+        raise JobMovedOnError(f"Job {job.id} has not reached its deadline.")
+    job.error_code = ErrorCode.DEADLINE_EXCEEDED
+    job.error_message = f"Not finished by its deadline {job.deadline_at.isoformat()}."
+
+
+def job_time_out(*, job_id: UUID | str) -> ExtractionJob:
+    """→ timed_out once the deadline has passed; the extractor is asked to cancel."""
+    with transaction.atomic():
+        job = job_transition(
+            job_id=job_id,
+            to_status=states.TIMED_OUT,
+            actor=SYSTEM,
+            reason="Deadline passed",
+            expected_from=states.ACTIVE,
+            prepare=time_out,
+        )
+        cancel_remote_on_commit(job)
+    return job
+
+
+HAND_BACK_REASON = (
+    "Submission lease expired; the job will be submitted again with the same idempotency key."
+)
+
+
+def hand_back(job: ExtractionJob) -> None:
+    """The `prepare` of submitting → pending after the lease expired (the worker died or hung):
+    refused while the lease is live."""
+    if job.lease_expires_at and job.lease_expires_at > timezone.now():
+        raise JobMovedOnError(f"Job {job.id} still holds a live lease.")
+    job.lease_expires_at = None
+    job.due_at = timezone.now()
+
+
+def job_hand_back_expired_lease(*, job_id: UUID | str) -> ExtractionJob:
+    """submitting → pending after the lease expired. The next submission reuses the idempotency
+    key of this attempt; the history says so."""
+    return job_transition(
+        job_id=job_id,
+        to_status=states.PENDING,
+        actor=SYSTEM,
+        reason=HAND_BACK_REASON,
+        details={"resubmission": True},
+        expected_from={states.SUBMITTING},
+        prepare=hand_back,
+    )

@@ -1,0 +1,291 @@
+"""The one writer of job state. Nothing else assigns `ExtractionJob.status`.
+
+`jobs_transition` applies a batch of moves in one transaction: it locks the jobs' rows (only those:
+`FOR UPDATE OF` the job table, so the extractor row every job points to is never a shared hot
+lock), checks each move against `states.TRANSITIONS` and the status its caller expected, and
+writes every surviving job with one UPDATE, their `JobStatusChange` audit rows with one INSERT and
+their `JobEvent` outbox rows with one INSERT, fanned out to webhooks once. A move that is refused
+(the job moved on, the table forbids it) is dropped from the batch with its error; it never fails
+the others. `job_transition` is the same for one job, raising the refusal.
+
+The row lock closes the race between two actors (two workers, a worker and a cancel): the second
+one sees the first one's status and is refused.
+"""
+
+import getpass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from jobtracking import states
+from jobtracking.errors import (
+    ActiveJobExistsError,
+    ApplicationError,
+    ForceRequiredError,
+    InvalidTransitionError,
+    JobMovedOnError,
+    JobNotFoundError,
+)
+from jobtracking.events import job_event_payload
+from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange
+from jobtracking.webhooks import deliveries_fan_out
+
+# What a move may change on a job; the UPDATE writes those that did change in the batch.
+MUTABLE_FIELDS = (
+    "status_id",
+    "attempt",
+    "submit_attempts",
+    "poll_count",
+    "poll_error_count",
+    "external_job_id",
+    "external_url",
+    "external_status",
+    "external_request_id",
+    "progress",
+    "remote_expires_at",
+    "due_at",
+    "claimed_at",
+    "lease_expires_at",
+    "deadline_at",
+    "error_code",
+    "error_message",
+    "submitted_at",
+    "started_at",
+    "completed_at",
+    "updated_at",
+)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who causes a change: recorded on every audit row."""
+
+    type: ActorType
+    user: AbstractBaseUser | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def system(cls) -> "Actor":
+        return cls(ActorType.SYSTEM)
+
+    @classmethod
+    def command(cls, user: AbstractBaseUser | None = None) -> "Actor":
+        return cls(ActorType.COMMAND, user, {"os_user": getpass.getuser()})
+
+
+SYSTEM = Actor.system()
+
+
+@dataclass
+class Move:
+    """One change of one job. `to_status=None` changes fields in place (counters, due times) with
+    no audit row; it is still refused when the job left `expected_from`.
+
+    `prepare` mutates the locked job; it raises an `ApplicationError` to refuse the move, and
+    must do so before it changes anything. `on_commit` runs once the transaction has committed.
+    """
+
+    job_id: UUID
+    to_status: str | None
+    expected_from: Collection[str] | None = None
+    reason: str = ""
+    details: dict[str, Any] | None = None
+    force: bool = False
+    prepare: Callable[[ExtractionJob], None] | None = None
+    on_commit: Callable[[], None] | None = None
+
+
+@dataclass
+class BatchOutcome:
+    moved: dict[UUID, ExtractionJob] = field(default_factory=dict)
+    refused: dict[UUID, ApplicationError] = field(default_factory=dict)
+
+
+def as_job_id(value: UUID | str) -> UUID:
+    try:
+        return value if isinstance(value, UUID) else UUID(str(value))
+    except ValueError:
+        raise JobNotFoundError(f"No job {value}.") from None
+
+
+def lock_jobs(job_ids: Collection[UUID]) -> dict[UUID, ExtractionJob]:
+    """Lock the jobs' rows (and only those), in id order so that two batches never deadlock."""
+    jobs = (
+        ExtractionJob.objects.select_for_update(of=("self",))
+        .select_related("extractor")
+        .filter(pk__in=job_ids)
+        .order_by("pk")
+    )
+    return {job.pk: job for job in jobs}
+
+
+def jobs_transition(
+    moves: list[Move], *, actor: Actor, locked: dict[UUID, ExtractionJob] | None = None
+) -> BatchOutcome:
+    """Apply `moves` in one transaction (see the module docstring); `locked` passes jobs the
+    caller has already locked in its own transaction. A job may have several moves; once one is
+    refused, its later ones are skipped."""
+    with transaction.atomic(savepoint=False):
+        if locked is None:
+            locked = lock_jobs({move.job_id for move in moves})
+        return _apply(locked, moves, actor)
+
+
+def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -> BatchOutcome:
+    now = timezone.now()
+    before = {pk: [getattr(job, name) for name in MUTABLE_FIELDS] for pk, job in locked.items()}
+    outcome = BatchOutcome()
+    changes, event_jobs, reactivated = [], [], False
+    for move in moves:
+        if move.job_id in outcome.refused:
+            continue
+        job = locked.get(move.job_id)
+        try:
+            if job is None:
+                raise JobNotFoundError(f"No job {move.job_id}.")
+            from_status = job.status_id
+            _check(job, move)
+            if move.prepare is not None:
+                move.prepare(job)
+        except ApplicationError as error:
+            # The job's earlier moves in this batch stand; this one and its later ones do not.
+            outcome.refused[move.job_id] = error
+            continue
+        job.updated_at = now
+        outcome.moved[job.pk] = job
+        if move.on_commit is not None:
+            transaction.on_commit(move.on_commit)
+        if move.to_status is None:
+            continue
+        _stamp(job, move.to_status, now)
+        reactivated = reactivated or from_status in states.TERMINAL
+        changes.append(_audit_row(job, from_status, actor, move, now))
+        if states.event_type(from_status, move.to_status):
+            event_jobs.append((job, states.event_type(from_status, move.to_status)))
+    _save(outcome, before, reactivated)
+    JobStatusChange.objects.bulk_create(changes)
+    events = JobEvent.objects.bulk_create(
+        JobEvent(job=job, type=kind, payload=job_event_payload(job), created_at=now)
+        for job, kind in event_jobs
+    )
+    deliveries_fan_out(events)
+    return outcome
+
+
+def _check(job: ExtractionJob, move: Move) -> None:
+    current = job.status_id
+    if move.expected_from is not None and current not in move.expected_from:
+        raise JobMovedOnError(
+            f"Job {job.id} is {current}, not {'/'.join(sorted(move.expected_from))}.",
+            current_status=current,
+        )
+    to_status = move.to_status
+    if to_status is not None and not states.is_allowed(current, to_status, force=move.force):
+        error = (
+            ForceRequiredError
+            if states.is_allowed(current, to_status, force=True)
+            else InvalidTransitionError
+        )
+        message = f"Job {job.id} cannot go from {current} to {to_status}."
+        raise error(message, current_status=current)
+
+
+def _stamp(job: ExtractionJob, to_status: str, now) -> None:
+    """Set the status and the timestamps and fields that go with it."""
+    job.status_id = to_status
+    if to_status in states.TERMINAL:
+        job.due_at = job.claimed_at = job.lease_expires_at = None
+        job.completed_at = now
+    elif to_status == states.SUBMITTED:
+        job.submitted_at = job.submitted_at or now
+    elif to_status == states.PROCESSING:
+        job.started_at = job.started_at or now
+
+
+def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, now):
+    return JobStatusChange(
+        job=job,
+        from_status_id=from_status,
+        to_status_id=job.status_id,
+        attempt=job.attempt,
+        changed_at=now,
+        actor_type=actor.type,
+        actor=actor.user,
+        reason=move.reason,
+        details={**actor.details, **(move.details or {})},
+    )
+
+
+def _save(outcome: BatchOutcome, before: dict[UUID, list], reactivated: bool) -> None:
+    jobs = list(outcome.moved.values())
+    changed = [
+        name
+        for index, name in enumerate(MUTABLE_FIELDS)
+        if any(getattr(job, name) != before[job.pk][index] for job in jobs)
+    ]
+    if not changed:
+        return
+    if not reactivated:
+        ExtractionJob.objects.bulk_update(jobs, changed)
+        return
+    # Back to active: the partial unique index may find another active job for the file.
+    try:
+        with transaction.atomic():
+            ExtractionJob.objects.bulk_update(jobs, changed)
+    except IntegrityError:
+        if len(jobs) == 1 and (error := active_job_error(jobs[0].extractor, jobs[0].file_id)):
+            raise error from None
+        raise
+
+
+def active_job_error(extractor, file_id: str) -> ActiveJobExistsError | None:
+    active = (
+        ExtractionJob.objects.filter(extractor=extractor, file_id=file_id, status__in=states.ACTIVE)
+        .only("id", "status")
+        .first()
+    )
+    if active is None:
+        return None
+    return ActiveJobExistsError(
+        f"Job {active.id} is already {active.status_id} for file {file_id} on {extractor.slug}.",
+        job_id=str(active.id),
+    )
+
+
+def job_transition(
+    *,
+    job_id: UUID | str,
+    to_status: str,
+    actor: Actor,
+    reason: str = "",
+    details: dict[str, Any] | None = None,
+    expected_from: Collection[str] | None = None,
+    force: bool = False,
+    prepare: Callable[[ExtractionJob], None] | None = None,
+    on_commit: Callable[[], None] | None = None,
+) -> ExtractionJob:
+    """Move one job to `to_status` (`jobs_transition` for one job). Raises the refusal:
+    `JobNotFoundError`, `JobMovedOnError` (it left `expected_from`, so a redelivered task can
+    drop its work), `InvalidTransitionError`, `ForceRequiredError` (a succeeded job without
+    `force`), or what `prepare` raised. Terminal statuses clear `due_at`, the claim and the lease
+    and stamp `completed_at`."""
+    pk = as_job_id(job_id)
+    move = Move(
+        job_id=pk,
+        to_status=to_status,
+        expected_from=expected_from,
+        reason=reason,
+        details=details,
+        force=force,
+        prepare=prepare,
+        on_commit=on_commit,
+    )
+    outcome = jobs_transition([move], actor=actor)
+    if pk in outcome.refused:
+        raise outcome.refused[pk]
+    return outcome.moved[pk]
