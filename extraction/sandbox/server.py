@@ -81,6 +81,8 @@ class SandboxState:
         self.config = config
         self.lock = threading.Lock()
         self.random = random.Random(config.seed)
+        # Kept-alive connections to the servers documents come from.
+        self.fetcher = requests.Session()
         self.reset()
 
     def reset(self) -> None:
@@ -342,7 +344,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError("Give a multipart 'file' or a JSON 'url'.")
         try:
-            fetched = requests.get(url, timeout=(5, 30))
+            fetched = self.state.fetcher.get(url, timeout=(5, 30))
             fetched.raise_for_status()
         except requests.RequestException as error:
             raise ValueError(f"Cannot fetch the document: {type(error).__name__}") from None

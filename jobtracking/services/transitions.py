@@ -19,7 +19,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from jobtracking import states
@@ -231,16 +231,44 @@ def _save(outcome: BatchOutcome, before: dict[UUID, list], reactivated: bool) ->
     if not changed:
         return
     if not reactivated:
-        ExtractionJob.objects.bulk_update(jobs, changed)
+        update_rows(jobs, changed)
         return
     # Back to active: the partial unique index may find another active job for the file.
     try:
         with transaction.atomic():
-            ExtractionJob.objects.bulk_update(jobs, changed)
+            update_rows(jobs, changed)
     except IntegrityError:
         if len(jobs) == 1 and (error := active_job_error(jobs[0].extractor, jobs[0].file_id)):
             raise error from None
         raise
+
+
+def update_rows(jobs: list[ExtractionJob], names: list[str]) -> None:
+    """Write `names` of every job in one UPDATE. On PostgreSQL that is `UPDATE … FROM (VALUES
+    …)`: Django's `bulk_update` builds a CASE per field and row, which cost more CPU than the
+    rest of a batch step together. Elsewhere, `bulk_update`."""
+    if connection.vendor != "postgresql":
+        ExtractionJob.objects.bulk_update(jobs, names)
+        return
+    meta = ExtractionJob._meta
+    fields = [meta.pk] + [meta.get_field(name) for name in names]
+    columns = [field.column for field in fields]
+    row = "(" + ", ".join(f"%s::{field.db_type(connection)}" for field in fields) + ")"
+    params = [
+        field.get_db_prep_save(getattr(job, field.attname), connection)
+        for job in jobs
+        for field in fields
+    ]
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    assignments = ", ".join(f"{quote(column)} = v.{quote(column)}" for column in columns[1:])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([row] * len(jobs))}) "
+            f"AS v({', '.join(quote(column) for column in columns)}) "
+            f"WHERE {table}.{quote(columns[0])} = v.{quote(columns[0])}",
+            params,
+        )
 
 
 def active_job_error(extractor, file_id: str) -> ActiveJobExistsError | None:
