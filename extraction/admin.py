@@ -7,7 +7,17 @@ from extraction.registry import get_client
 
 @admin.register(Extractor)
 class ExtractorAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "adapter", "base_url", "model_id", "enabled", "max_in_flight"]
+    list_display = [
+        "slug",
+        "name",
+        "adapter",
+        "base_url",
+        "model_id",
+        "enabled",
+        "max_in_flight",
+        "submit_rate",
+        "poll_rate",
+    ]
     list_filter = ["adapter", "enabled"]
     search_fields = ["slug", "name"]
     actions = ["check_connection"]

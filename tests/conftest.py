@@ -63,6 +63,8 @@ SANDBOX_DEFAULTS = {
     "slow_rate": 0.0,
     "slow_seconds": 5.0,
     "poll_retry_after": 0.0,
+    "submit_rate_limit": 0.0,
+    "poll_rate_limit": 0.0,
     "api_key": "",
 }
 

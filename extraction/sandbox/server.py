@@ -1,7 +1,8 @@
 """The bundled sandbox extractor: a threaded HTTP server speaking the http_async protocol.
 
 It really extracts (see `extract.py`) and injects faults on demand: latency, transient 5xx,
-429 with Retry-After, permanent failures, lost jobs, slow responses. It honours Idempotency-Key
+429 with Retry-After (at random, or above a rate limit), permanent failures, lost jobs, slow
+responses. It honours Idempotency-Key
 and keeps counters (submissions per key, poll times, polls that came before the Retry-After it
 gave) at `GET /_sandbox/stats`, so tests can prove what a client did. For the demo it is also a
 webhook receiver (`POST`/`GET /_sandbox/webhooks`). State lives in memory.
@@ -50,8 +51,32 @@ class SandboxConfig:
     slow_rate: float = 0.0
     slow_seconds: float = 5.0
     poll_retry_after: float = 0.0
+    # Rate limits (requests a second, 0 for none), as Azure enforces them: submissions, and polls
+    # with result fetches, beyond a token bucket of one second's worth get 429 and Retry-After.
+    submit_rate_limit: float = 0.0
+    poll_rate_limit: float = 0.0
     api_key: str = field(default="", repr=False)
     seed: int | None = None
+
+
+@dataclass
+class TokenBucket:
+    """`rate` tokens a second, holding at most one second's worth."""
+
+    rate: float
+    tokens: float = 0.0
+    updated: float = 0.0
+
+    def take(self, now: float) -> float:
+        """0 if a token was taken, else the seconds until one is there."""
+        if not self.updated:
+            self.tokens, self.updated = self.rate, now
+        self.tokens = min(self.rate, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
 
 
 @dataclass
@@ -97,6 +122,22 @@ class SandboxState:
             self.requests: Counter[str] = Counter()
             self.faults: Counter[str] = Counter()
             self.webhooks: deque[dict[str, Any]] = deque(maxlen=200)
+            self.buckets: dict[str, TokenBucket] = {}
+
+    def rate_limited(self, kind: str) -> float:
+        """0 if a `kind` request ("submit" or "poll") is within its limit, else the seconds to
+        wait (counted as a `rate_limited` fault)."""
+        rate = getattr(self.config, f"{kind}_rate_limit")
+        if not rate:
+            return 0.0
+        with self.lock:
+            bucket = self.buckets.get(kind)
+            if bucket is None or bucket.rate != rate:
+                bucket = self.buckets[kind] = TokenBucket(rate)
+            wait = bucket.take(time.monotonic())
+            if wait:
+                self.faults["rate_limited"] += 1
+            return wait
 
     def chance(self, rate: float) -> bool:
         with self.lock:
@@ -197,9 +238,11 @@ class SandboxHandler(BaseHTTPRequestHandler):
             self.state.requests[method] += 1
         if not self.authorized():
             return self.send_error_json(401, "unauthorized", "Missing or wrong bearer token.")
+        match = JOB_PATH.match(self.path)
+        if self.over_rate_limit(method, match):
+            return
         if self.injected_fault():
             return
-        match = JOB_PATH.match(self.path)
         if method == "POST" and self.path == "/v1/extractions":
             return self.create(body)
         if match and method == "GET" and match.group(2):
@@ -242,6 +285,18 @@ class SandboxHandler(BaseHTTPRequestHandler):
     def authorized(self) -> bool:
         key = self.state.config.api_key
         return not key or self.headers.get("Authorization", "") == f"Bearer {key}"
+
+    def over_rate_limit(self, method: str, match: re.Match | None) -> bool:
+        kind = "submit" if method == "POST" else "poll" if method == "GET" and match else None
+        wait = self.state.rate_limited(kind) if kind else 0.0
+        if wait:
+            self.send_error_json(
+                429,
+                "too_many_requests",
+                f"Rate limit of {getattr(self.state.config, f'{kind}_rate_limit'):g}/s exceeded.",
+                **{"Retry-After": f"{max(wait, 0.01):.2f}"},
+            )
+        return bool(wait)
 
     def injected_fault(self) -> bool:
         """Slow, throttled or failing answers, chosen at random per request."""

@@ -179,10 +179,32 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 
 class ExtractorSerializer(serializers.ModelSerializer):
+    submit_rate_limit = serializers.SerializerMethodField(
+        help_text="Submissions a second across every worker (0: no limit)."
+    )
+    poll_rate_limit = serializers.SerializerMethodField(
+        help_text="Polls and result fetches a second across every worker (0: no limit)."
+    )
+
     class Meta:
         model = Extractor
         # Never the key, nor the name of the variable that holds it.
-        fields = ["slug", "name", "adapter", "model_id", "enabled", "max_in_flight"]
+        fields = [
+            "slug",
+            "name",
+            "adapter",
+            "model_id",
+            "enabled",
+            "max_in_flight",
+            "submit_rate_limit",
+            "poll_rate_limit",
+        ]
+
+    def get_submit_rate_limit(self, extractor: Extractor) -> float:
+        return extractor.rate_limit("submit")
+
+    def get_poll_rate_limit(self, extractor: Extractor) -> float:
+        return extractor.rate_limit("poll")
 
 
 class JobStatusSerializer(serializers.ModelSerializer):

@@ -188,3 +188,45 @@ def test_idle_workers_killed_stall_the_cluster_and_the_supervisor_restarts_it(
     (job,) = wait_for_terminal([job_id], 90, stack)
     assert job.status_id == "succeeded"
     assert "restarting stalled cluster" in (stack.log_dir / "cluster.log").read_text()
+
+
+def test_rate_limits_at_the_extractors_own_keep_it_from_ever_answering_429(
+    stack, sandbox, extractor
+):
+    sandbox.configure(submit_rate_limit=8, poll_rate_limit=16)
+    extractor.submit_rate, extractor.poll_rate = 8, 16
+    extractor.save()
+    started = time.monotonic()
+    jobs = wait_for_terminal(create_jobs(extractor, 24), 90, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    stats = sandbox.stats()
+    assert stats["faults"].get("rate_limited", 0) == 0
+    # 24 submissions at 8/s cannot all have gone in under two seconds.
+    assert time.monotonic() - started > 2
+    assert_no_duplicate_submissions(sandbox, jobs)
+
+
+def test_without_our_limits_the_same_load_meets_429_and_still_finishes(stack, sandbox, extractor):
+    """The control for the test above: the sandbox does refuse a burst beyond its limit."""
+    sandbox.configure(submit_rate_limit=8, poll_rate_limit=16)
+    jobs = wait_for_terminal(create_jobs(extractor, 24), 90, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    assert sandbox.stats()["faults"].get("rate_limited", 0) > 0
+    assert_no_duplicate_submissions(sandbox, jobs)
+
+
+def test_worker_killed_mid_batch_loses_no_job_and_submits_none_twice(stack, sandbox, extractor):
+    # Every answer comes 2 s late: the worker is killed with its batch's submissions sent.
+    sandbox.configure(slow_rate=1.0, slow_seconds=2)
+    job_ids = create_jobs(extractor, 10)
+    wait_until(lambda: stack.worker_running(job_ids[0]), 20, "a worker on the batch")
+    wait_until(lambda: len(sandbox.stats()["posts_by_key"]) == 10, 20, "the batch's submissions")
+    os.kill(stack.worker_running(job_ids[0]), signal.SIGKILL)
+    sandbox.configure(slow_rate=0.0)
+    jobs = wait_for_terminal(job_ids, 90, stack)
+    assert {job.status_id for job in jobs} == {"succeeded"}
+    # Resubmitted after the lease ran out, each with its key: the sandbox made one extraction.
+    assert_no_duplicate_submissions(sandbox, jobs)
+    assert JobStatusChange.objects.filter(
+        job_id__in=job_ids, details__resubmission=True
+    ).count() == len(job_ids)

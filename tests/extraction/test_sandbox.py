@@ -115,6 +115,24 @@ def test_sandbox_throttling_carries_retry_after(sandbox):
     assert caught.value.retry_after == 7
 
 
+def test_sandbox_rate_limit_answers_429_beyond_its_bucket_and_counts_them(sandbox):
+    sandbox.configure(submit_rate_limit=5, poll_rate_limit=1000)
+    client = make_client(sandbox)
+    outcomes = []
+    for n in range(12):
+        try:
+            client.submit(sample_request("grant-report.txt", idempotency_key=f"rate-{n}"))
+            outcomes.append("accepted")
+        except TransientExtractorError as error:
+            assert error.http_status == 429 and 0 < error.retry_after <= 1
+            outcomes.append("throttled")
+    # A full bucket holds one second's worth (5); the burst of 12 gets the rest refused.
+    assert 5 <= outcomes.count("accepted") <= 7
+    assert sandbox.stats()["faults"]["rate_limited"] == outcomes.count("throttled")
+    time.sleep(0.25)  # a token comes back every 0.2 s
+    client.submit(sample_request("grant-report.txt", idempotency_key="rate-after"))
+
+
 def test_sandbox_permanent_failure_ends_the_extraction_failed(sandbox):
     sandbox.configure(permanent_failure_rate=1.0)
     client = make_client(sandbox)

@@ -4,7 +4,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from jobtracking.errors import ActiveJobExistsError, InvalidTransitionError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
@@ -82,3 +82,81 @@ def test_concurrent_creates_for_one_file_leave_exactly_one_active_job():
     assert sum(isinstance(o, ExtractionJob) for o in outcomes) == 1, outcomes
     assert sum(isinstance(o, ActiveJobExistsError) for o in outcomes) == 2, outcomes
     assert ExtractionJob.objects.filter(file_id="shared-file").count() == 1
+
+
+class Held:
+    """Run `action` in a transaction on another connection and keep that transaction open (its
+    locks held) until `release()`."""
+
+    def __init__(self, action: Callable[[], object]) -> None:
+        self.ready, self.done = threading.Event(), threading.Event()
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self.run, args=(action,))
+        self.thread.start()
+        assert self.ready.wait(10), "the held transaction did not start"
+        if self.error:
+            raise self.error
+
+    def run(self, action) -> None:
+        try:
+            with transaction.atomic():
+                action()
+                self.ready.set()
+                self.done.wait(30)
+        except Exception as error:
+            self.error = error
+            self.ready.set()
+        finally:
+            connection.close()
+
+    def release(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+
+
+def without_waiting(action: Callable[[], object]) -> object:
+    """Run `action` in a transaction that fails at once if it must wait for a lock."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '1s'")
+        return action()
+
+
+def lease(job) -> Callable[[], object]:
+    return lambda: job_transition(
+        job_id=job.id, to_status="submitting", actor=Actor.system(), expected_from={"pending"}
+    )
+
+
+def test_a_transition_does_not_wait_on_a_job_insert_for_the_same_extractor():
+    extractor = ExtractorFactory()
+    job = ExtractionJobFactory(extractor=extractor)
+    # The open insert holds a key-share lock on the extractor row (its foreign key).
+    insert = Held(lambda: ExtractionJobFactory(extractor=extractor))
+    try:
+        moved = without_waiting(lease(job))
+    finally:
+        insert.release()
+    assert moved.status_id == "submitting"
+
+
+def test_a_job_insert_does_not_wait_on_a_transition_of_the_same_extractor():
+    extractor = ExtractorFactory()
+    held = Held(lease(ExtractionJobFactory(extractor=extractor)))
+    try:
+        created = without_waiting(lambda: ExtractionJobFactory(extractor=extractor))
+    finally:
+        held.release()
+    assert created.pk is not None
+
+
+def test_two_workers_moving_different_jobs_of_one_extractor_never_block_each_other():
+    extractor = ExtractorFactory()
+    first, second = ExtractionJobFactory.create_batch(2, extractor=extractor)
+    held = Held(lease(first))
+    try:
+        moved = without_waiting(lease(second))
+    finally:
+        held.release()
+    assert moved.status_id == "submitting"
+    assert ExtractionJob.objects.get(pk=first.pk).status_id == "submitting"

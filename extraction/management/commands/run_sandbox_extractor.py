@@ -48,6 +48,14 @@ class Command(BaseCommand):
             default=env_float("SANDBOX_POLL_RETRY_AFTER", 0),
             help="Retry-After (seconds) sent with every unfinished poll answer; 0 for none.",
         )
+        for kind in ("submit", "poll"):
+            parser.add_argument(
+                f"--{kind}-rate-limit",
+                type=float,
+                default=env_float(f"SANDBOX_{kind.upper()}_RATE_LIMIT", 0),
+                help=f"{kind.capitalize()} requests a second beyond which the answer is 429 with "
+                "Retry-After (a token bucket of one second's worth); 0 for no limit.",
+            )
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args, **options):
@@ -72,6 +80,8 @@ class Command(BaseCommand):
             throttle_retry_after=options["throttle_retry_after"],
             slow_seconds=options["slow_seconds"],
             poll_retry_after=options["poll_retry_after"],
+            submit_rate_limit=options["submit_rate_limit"],
+            poll_rate_limit=options["poll_rate_limit"],
             api_key=os.environ.get("SANDBOX_API_KEY", ""),
             seed=options["seed"],
             **{name: options[name] for name in rates},

@@ -258,6 +258,13 @@ def test_extractors_never_show_keys_or_their_variables(api, extractor):
     assert "api_key_env" not in data[0] and "base_url" not in data[0]
 
 
+def test_extractors_show_the_rate_limits_in_force(api, extractor):
+    ExtractorFactory(slug="azure", azure=True, poll_rate=20)
+    data = {e["slug"]: e for e in api.get("/api/v1/extractors/").json()}
+    assert (data["azure"]["submit_rate_limit"], data["azure"]["poll_rate_limit"]) == (15, 20)
+    assert (data["sandbox"]["submit_rate_limit"], data["sandbox"]["poll_rate_limit"]) == (0, 0)
+
+
 def test_statuses_lists_the_eight_statuses(api):
     data = api.get("/api/v1/statuses/").json()
     assert [s["code"] for s in data][:2] == ["pending", "submitting"] and len(data) == 8
