@@ -26,7 +26,7 @@ lint: install
 # Opt-in benchmarks; they print figures and ratios (see README).
 bench: install
 	.ci/with_postgres.sh $(PY) -m bench.dispatcher
-	.ci/with_postgres.sh $(PY) -m bench.engine
+	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.engine
 	.ci/with_postgres.sh $(PY) -m bench.api
 	.ci/with_postgres.sh $(PY) -m bench.operations
 	.ci/with_postgres.sh $(PY) -m bench.admin
