@@ -23,6 +23,22 @@ class ExtractorAdmin(admin.ModelAdmin):
     actions = ["check_connection"]
     readonly_fields = ["key_configured", "created_at", "updated_at"]
 
+    # Where the extractor is and which variable's key it sends: whoever may change these can
+    # send that key anywhere, so they need a permission of their own.
+    ENDPOINT_FIELDS = ("base_url", "api_key_env")
+
+    def may_change_endpoint(self, request) -> bool:
+        return request.user.has_perm("extraction.change_extractor_endpoint")
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if not self.may_change_endpoint(request):
+            fields += self.ENDPOINT_FIELDS
+        return fields
+
+    def has_add_permission(self, request) -> bool:
+        return super().has_add_permission(request) and self.may_change_endpoint(request)
+
     @admin.display(description="key set in the environment", boolean=True)
     def key_configured(self, extractor: Extractor) -> bool:
         # Whether the variable holds a key; the key itself is never shown.

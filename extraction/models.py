@@ -1,6 +1,9 @@
+import fnmatch
 import os
 from datetime import timedelta
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -9,6 +12,19 @@ class Adapter(models.TextChoices):
     AZURE_DI = "azure_di", "Azure AI Document Intelligence"
     HTTP_ASYNC = "http_async", "Generic async job protocol"
     SANDBOX = "sandbox", "Bundled sandbox extractor"
+
+
+def key_env_allowed(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in settings.EXTRACTOR_KEY_ENV_PATTERNS)
+
+
+def validate_key_env(name: str) -> None:
+    if name and not key_env_allowed(name):
+        allowed = ", ".join(settings.EXTRACTOR_KEY_ENV_PATTERNS)
+        raise ValidationError(
+            f"Keys are read only from environment variables named like {allowed}.",
+            code="key_env_not_allowed",
+        )
 
 
 # Azure AI Document Intelligence's default (S0) limits: 15 analyze calls and 50 polls a second.
@@ -29,7 +45,9 @@ class Extractor(models.Model):
     api_key_env = models.CharField(
         max_length=100,
         blank=True,
-        help_text="Name of the environment variable that holds the API key.",
+        validators=[validate_key_env],
+        help_text="Name of the environment variable that holds the API key "
+        "(EXTRACTOR_KEY_ENV_PATTERNS says which names are allowed).",
     )
     request_timeout = models.DurationField(default=timedelta(seconds=30))
     poll_initial_interval = models.DurationField(default=timedelta(seconds=2))
@@ -62,6 +80,12 @@ class Extractor(models.Model):
 
     class Meta:
         ordering = ["slug"]
+        permissions = [
+            (
+                "change_extractor_endpoint",
+                "Can change where an extractor is and which key variable it sends",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -74,5 +98,8 @@ class Extractor(models.Model):
         return configured
 
     def api_key(self) -> str:
-        """The key from the environment, or "" when none is configured."""
-        return os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+        """The key from the environment, or "" when none is configured. A variable whose name is
+        not allowed is never read, whatever the row says (checked again at call time)."""
+        if not self.api_key_env or not key_env_allowed(self.api_key_env):
+            return ""
+        return os.environ.get(self.api_key_env, "")

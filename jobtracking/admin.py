@@ -37,6 +37,17 @@ STATUS_COLOURS = {
     "timed_out": "#fd7e14",
     "cancelled": "#495057",
 }
+# A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value):
+    """Text that a spreadsheet would run as a formula gets a leading quote; other values pass."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 CSV_COLUMNS = [
     "id",
     "status_id",
@@ -248,7 +259,7 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
 
         writer = csv.writer(Echo())
         rows = queryset.order_by("-created_at").values_list(*CSV_COLUMNS).iterator(chunk_size=2000)
-        lines = (writer.writerow(row) for row in rows)
+        lines = (writer.writerow([csv_safe(value) for value in row]) for row in rows)
         header = writer.writerow([c.replace("__", "_") for c in CSV_COLUMNS])
         response = StreamingHttpResponse(
             (line for chunk in ([header], lines) for line in chunk), content_type="text/csv"

@@ -4,6 +4,7 @@ Every query is bounded by an index (status, completed_at, the active-jobs partia
 from datetime import timedelta
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.db.models.functions import TruncHour
 from django.template.response import TemplateResponse
@@ -65,6 +66,9 @@ def _throughput(since) -> list[dict]:
 
 
 def dashboard_view(request):
+    # It lists jobs (in-flight ids, failures): the jobs' own view permission, as their pages need.
+    if not request.user.has_perm("jobtracking.view_extractionjob"):
+        raise PermissionDenied
     now = timezone.now()
     active = ExtractionJob.objects.filter(status__in=sorted(states.ACTIVE))
     context = {

@@ -33,7 +33,15 @@ def jobs_purge(*, ids: list) -> int:
     at a time keeps locks short and memory bounded); their files go once it has committed.
     Only jobs still past retention are deleted. Returns the number of jobs deleted."""
     with transaction.atomic():
-        doomed = list(purgeable_jobs().filter(pk__in=ids).values_list("pk", flat=True))
+        # Locked: a requeue (or any transition) racing this purge either got its row lock first,
+        # and the job is skipped, or waits for this transaction and finds the job gone. Never
+        # a requeued job deleted with its history.
+        doomed = list(
+            purgeable_jobs()
+            .filter(pk__in=ids)
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)
+        )
         files = list(
             ExtractionJob.objects.filter(pk__in=doomed)
             .exclude(upload="")
@@ -49,7 +57,8 @@ def jobs_purge(*, ids: list) -> int:
         WebhookDelivery.objects.filter(event__job_id__in=doomed).delete()
         for model in (JobEvent, JobStatusChange, ExtractionResult):
             _delete_rows(model.objects.filter(job_id__in=doomed))
-        deleted = _delete_rows(ExtractionJob.objects.filter(pk__in=doomed))
+        # The same predicate again at the moment of the DELETE.
+        deleted = _delete_rows(purgeable_jobs().filter(pk__in=doomed))
         transaction.on_commit(lambda: [default_storage.delete(name) for name in files])
     return deleted
 

@@ -36,13 +36,13 @@ class ExtractorFactory(factory.django.DjangoModelFactory):
     name = factory.LazyAttribute(lambda e: e.slug.title())
     adapter = Adapter.HTTP_ASYNC
     base_url = "http://127.0.0.1:9"
-    api_key_env = "TEST_EXTRACTOR_KEY"
+    api_key_env = "EXTRACTOR_TEST_KEY"
 
     class Params:
         azure = factory.Trait(
             adapter=Adapter.AZURE_DI,
             model_id="prebuilt-layout",
-            api_key_env="TEST_AZURE_KEY",
+            api_key_env="EXTRACTOR_TEST_AZURE_KEY",
         )
         disabled = factory.Trait(enabled=False)
 

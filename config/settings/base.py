@@ -20,6 +20,14 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_days(name: str, default: int) -> int:
+    """A number of days: a negative one would make fresh jobs purgeable, so it stops start-up."""
+    raw = os.environ.get(name, str(default))
+    if not (raw.isascii() and raw.isdigit()):
+        raise ImproperlyConfigured(f"{name} must be a whole number of days (0 or more): {raw!r}")
+    return int(raw)
+
+
 def env_required(name: str) -> str:
     value = os.environ.get(name)
     if not value:
@@ -163,6 +171,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
+# Extractor keys are read only from environment variables whose names match these patterns
+# (fnmatch, comma-separated): whoever configures an extractor must not be able to name
+# DATABASE_URL, the secret key or any other variable and have it sent to a server of their choice.
+EXTRACTOR_KEY_ENV_PATTERNS = env_list("EXTRACTOR_KEY_ENV_PATTERNS", "EXTRACTOR_*_KEY")
+
 # Extractor calls: an answer larger than this is refused (results included).
 EXTRACTOR_MAX_RESPONSE_BYTES = int(os.environ.get("EXTRACTOR_MAX_RESPONSE_BYTES", str(64 << 20)))
 
@@ -234,11 +247,12 @@ WEBHOOK_SIGNING_KEY = os.environ.get("WEBHOOK_SIGNING_KEY", "")  # empty: use SE
 WEBHOOK_CONNECT_TIMEOUT = float(os.environ.get("WEBHOOK_CONNECT_TIMEOUT", "5"))
 WEBHOOK_READ_TIMEOUT = float(os.environ.get("WEBHOOK_READ_TIMEOUT", "10"))
 
+
 # Retention: terminal jobs (with their history, results and events) are purged this many days
 # after completion, per status.
 JOBS_RETENTION_DAYS = {
-    "succeeded": int(os.environ.get("JOBS_RETENTION_SUCCEEDED_DAYS", "90")),
-    "failed": int(os.environ.get("JOBS_RETENTION_FAILED_DAYS", "180")),
-    "timed_out": int(os.environ.get("JOBS_RETENTION_TIMED_OUT_DAYS", "180")),
-    "cancelled": int(os.environ.get("JOBS_RETENTION_CANCELLED_DAYS", "90")),
+    "succeeded": env_days("JOBS_RETENTION_SUCCEEDED_DAYS", 90),
+    "failed": env_days("JOBS_RETENTION_FAILED_DAYS", 180),
+    "timed_out": env_days("JOBS_RETENTION_TIMED_OUT_DAYS", 180),
+    "cancelled": env_days("JOBS_RETENTION_CANCELLED_DAYS", 90),
 }

@@ -20,6 +20,7 @@ from extraction.clients.base import (
     describe,
 )
 from extraction.errors import TransientExtractorError
+from extraction.redaction import redact_text
 
 API_VERSION = "2024-11-30"
 KEY_HEADER = "Ocp-Apim-Subscription-Key"
@@ -109,8 +110,10 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
             raw_status=raw_status,
             progress=int(percent) if isinstance(percent, int | float) else None,
             # The inner error names the precise cause (e.g. InvalidContent under InvalidRequest).
-            error_code=str(inner.get("code") or error.get("code") or "")[:100],
-            error_message=str(inner.get("message") or error.get("message") or "")[:1000],
+            error_code=redact_text(str(inner.get("code") or error.get("code") or ""))[:100],
+            error_message=redact_text(str(inner.get("message") or error.get("message") or ""))[
+                :1000
+            ],
             retry_after=response.retry_after,
             request_id=response.headers.get("apim-request-id", ""),
             output=output,

@@ -25,6 +25,7 @@ from extraction.errors import (
     TransientExtractorError,
 )
 from extraction.metrics import EXTRACTOR_CALL_ERRORS, EXTRACTOR_CALL_SECONDS
+from extraction.redaction import redact_bytes, redact_text
 
 MAX_RETRY_AFTER_SECONDS = 24 * 3600.0
 
@@ -167,7 +168,8 @@ class ExtractorClient(ABC):
                 f"{where}: connection failed ({type(error).__name__})"
             ) from None
         with raw:
-            response = Response(raw, self._read_bounded(raw, where))
+            body = redact_bytes(self._read_bounded(raw, where), self.config.api_key)
+            response = Response(raw, body, self.config.api_key)
         response.raise_for_status(where, missing_is_lost=missing_is_lost)
         return response
 
@@ -201,9 +203,12 @@ class ExtractorClient(ABC):
 class Response:
     """A fully read, size-bounded HTTP answer."""
 
-    def __init__(self, raw: requests.Response, body: bytes) -> None:
+    def __init__(self, raw: requests.Response, body: bytes, key: str = "") -> None:
         self.status_code = raw.status_code
-        self.headers = raw.headers
+        # Header values are kept (request ids, poll locations): never with the key in them.
+        self.headers = requests.structures.CaseInsensitiveDict(
+            {name: redact_text(value, key) for name, value in raw.headers.items()}
+        )
         self.body = body
 
     @property
@@ -237,9 +242,10 @@ class Response:
             data = None
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict):
-            return str(error.get("code", ""))[:100], str(error.get("message", ""))[:500]
+            code, message = str(error.get("code", "")), str(error.get("message", ""))
+            return redact_text(code)[:100], redact_text(message)[:500]
         text = self.body[:200].decode("utf-8", "replace").strip()
-        return "", " ".join(text.split())
+        return "", redact_text(" ".join(text.split()))
 
     def raise_for_status(self, where: str, *, missing_is_lost: bool) -> None:
         status = self.status_code

@@ -17,6 +17,7 @@ from extraction.clients.base import (
     describe,
 )
 from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
+from extraction.redaction import redact_text
 
 STATUS_WORDS = {
     "queued": RemoteStatus.QUEUED,
@@ -81,8 +82,8 @@ class HttpAsyncClient(ExtractorClient):
             status=STATUS_WORDS.get(raw_status.lower(), RemoteStatus.UNKNOWN),
             raw_status=raw_status,
             progress=int(progress) if isinstance(progress, int | float) else None,
-            error_code=str(error.get("code", ""))[:100],
-            error_message=str(error.get("message", ""))[:1000],
+            error_code=redact_text(str(error.get("code", "")))[:100],
+            error_message=redact_text(str(error.get("message", "")))[:1000],
             retry_after=response.retry_after,
             request_id=response.headers.get("X-Request-Id", ""),
         )

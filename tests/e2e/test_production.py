@@ -49,12 +49,19 @@ def test_production_settings_refuse_to_start_without_a_secret_key():
     assert result.returncode != 0 and "DJANGO_SECRET_KEY" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["-1", "ten"])
+def test_settings_refuse_to_start_with_a_bad_retention(value):
+    # -1 would make every fresh failure purgeable at once.
+    result = manage("check", env={**PRODUCTION_ENV, "JOBS_RETENTION_FAILED_DAYS": value})
+    assert result.returncode != 0 and "JOBS_RETENTION_FAILED_DAYS" in result.stderr
+
+
 @pytest.fixture
 def stack_env():
     return {
         "LOG_FORMAT": "json",
         "LOG_LEVEL": "DEBUG",
-        "E2E_EXTRACTOR_KEY": SECRET_VALUE,
+        "EXTRACTOR_E2E_KEY": SECRET_VALUE,
         "OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8",
     }
 
@@ -67,7 +74,7 @@ def test_gunicorn_serves_a_job_end_to_end_and_logs_keep_the_key_secret(stack, sa
         slug="sandbox",
         adapter=Adapter.SANDBOX,
         base_url=sandbox.url,
-        api_key_env="E2E_EXTRACTOR_KEY",
+        api_key_env="EXTRACTOR_E2E_KEY",
         poll_initial_interval=timedelta(milliseconds=300),
     )
     samples = ROOT / "extraction" / "sandbox" / "samples"

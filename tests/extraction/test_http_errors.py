@@ -7,7 +7,6 @@ from email.utils import format_datetime
 import pytest
 from werkzeug import Response
 
-from extraction.clients.azure_di import AzureDocumentIntelligenceClient
 from extraction.clients.base import ClientConfig, SubmitRequest, parse_retry_after
 from extraction.clients.http_async import HttpAsyncClient
 from extraction.errors import (
@@ -18,13 +17,7 @@ from extraction.errors import (
 )
 from tests.processes import free_port
 
-ADAPTERS = {"http_async": HttpAsyncClient, "azure_di": AzureDocumentIntelligenceClient}
 SECRET = "sk-live-do-not-leak-42"
-
-
-@pytest.fixture(params=sorted(ADAPTERS))
-def adapter(request):
-    return ADAPTERS[request.param]
 
 
 def make(adapter, base_url, **config):

@@ -17,13 +17,13 @@ def test_get_client_builds_the_adapter_for_each_protocol():
 
 
 def test_get_client_reuses_one_session_until_the_configuration_changes(monkeypatch):
-    monkeypatch.setenv("REGISTRY_TEST_KEY", "first-key")
-    row = extractor(10, Adapter.HTTP_ASYNC, api_key_env="REGISTRY_TEST_KEY")
+    monkeypatch.setenv("EXTRACTOR_REGISTRY_TEST_KEY", "first-key")
+    row = extractor(10, Adapter.HTTP_ASYNC, api_key_env="EXTRACTOR_REGISTRY_TEST_KEY")
     first = get_client(row)
     assert get_client(row) is first
     assert first.config.api_key == "first-key"
 
-    monkeypatch.setenv("REGISTRY_TEST_KEY", "rotated-key")
+    monkeypatch.setenv("EXTRACTOR_REGISTRY_TEST_KEY", "rotated-key")
     rotated = get_client(row)
     assert rotated is not first and rotated.config.api_key == "rotated-key"
 

@@ -2,13 +2,17 @@
 
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
+from jobtracking import retention
 from jobtracking.errors import ActiveJobExistsError, InvalidTransitionError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
-from jobtracking.services import Actor, job_cancel, job_create, job_transition
+from jobtracking.retention import jobs_purge
+from jobtracking.services import Actor, job_cancel, job_create, job_requeue, job_transition
 from tests.factories import ExtractionJobFactory, ExtractorFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("seeded_statuses")]
@@ -160,3 +164,46 @@ def test_two_workers_moving_different_jobs_of_one_extractor_never_block_each_oth
         held.release()
     assert moved.status_id == "submitting"
     assert ExtractionJob.objects.get(pk=first.pk).status_id == "submitting"
+
+
+def test_a_requeue_racing_a_purge_never_loses_the_job_or_its_history(monkeypatch, settings):
+    """The purge pauses between choosing its jobs and deleting them while a requeue of one of
+    them runs on another connection: either the requeue waits and is refused (the job is gone,
+    whole), or it wins and the job stays with its whole history. Never a requeued job deleted."""
+    settings.JOBS_RETENTION_DAYS = {"failed": 1}
+    old = timezone.now() - timedelta(days=2)
+    job = ExtractionJobFactory(failed=True, completed_at=old)
+    JobStatusChange.objects.create(
+        job=job, from_status_id="processing", to_status_id="failed", attempt=1, actor_type="system"
+    )
+    outcome: list[object] = []
+
+    def requeue() -> None:
+        try:
+            outcome.append(job_requeue(job_id=job.pk, actor=Actor.system(), reason="again"))
+        except Exception as error:
+            outcome.append(error)
+        finally:
+            connection.close()
+
+    delete_rows = retention._delete_rows
+    racer = threading.Thread(target=requeue)
+
+    def delete_after_the_race(queryset):
+        if not racer.is_alive() and not outcome:
+            racer.start()
+            racer.join(3)  # a requeue that is not held back commits within this
+        return delete_rows(queryset)
+
+    monkeypatch.setattr(retention, "_delete_rows", delete_after_the_race)
+    purged = jobs_purge(ids=[job.pk])
+    racer.join(10)
+    (result,) = outcome
+    if isinstance(result, ExtractionJob):  # the requeue won: the job stays, whole
+        assert purged == 0
+        kept = ExtractionJob.objects.get(pk=job.pk)
+        assert (kept.status_id, kept.attempt) == ("pending", 2)
+        assert JobStatusChange.objects.filter(job=job).count() == 2
+    else:  # the purge won: the requeue was refused, nothing of the job is left
+        assert purged == 1 and result.code == "job_not_found"
+        assert not JobStatusChange.objects.filter(job_id=job.pk).exists()

@@ -1,5 +1,7 @@
 """The admin console through Django's test client: every page, filter, action and permission."""
 
+import csv
+import io
 from datetime import timedelta
 
 import pytest
@@ -136,6 +138,19 @@ def test_cancel_action_needs_its_permission(fleet, client):
     assert ExtractionJob.objects.get(pk=fleet["pending"].pk).status_id == "cancelled"
 
 
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_export_neutralises_formulas_in_client_text(root_client, start):
+    job = ExtractionJobFactory(
+        file_id=f'{start}HYPERLINK("http://evil.example")', file_name=f"{start}cmd|'/c calc'!A1"
+    )
+    response = root_client.post(JOBS, {"action": "export_csv", "_selected_action": [job.pk]})
+    body = b"".join(response.streaming_content).decode()
+    (row,) = list(csv.reader(io.StringIO(body)))[1:]
+    assert row[3] == f'\'{start}HYPERLINK("http://evil.example")'
+    assert row[4] == f"'{start}cmd|'/c calc'!A1"
+    assert row[0] == str(job.pk)  # ids, numbers and dates are left alone
+
+
 def test_csv_export_streams_the_filtered_set(root_client, fleet):
     response = root_client.post(f"{JOBS}?status__code__exact=failed", {"action": "export_csv"})
     assert response.status_code == 200 and response["Content-Type"] == "text/csv"
@@ -186,10 +201,10 @@ def test_extractor_connection_check_action(root_client, sandbox):
 
 
 def test_extractor_page_never_shows_the_key(root_client, monkeypatch):
-    monkeypatch.setenv("ADMIN_TEST_KEY", "sk-admin-secret-999")
-    extractor = ExtractorFactory(api_key_env="ADMIN_TEST_KEY")
+    monkeypatch.setenv("EXTRACTOR_ADMIN_TEST_KEY", "sk-admin-secret-999")
+    extractor = ExtractorFactory(api_key_env="EXTRACTOR_ADMIN_TEST_KEY")
     html = root_client.get(f"/admin/extraction/extractor/{extractor.pk}/change/").content.decode()
-    assert "sk-admin-secret-999" not in html and "ADMIN_TEST_KEY" in html
+    assert "sk-admin-secret-999" not in html and "EXTRACTOR_ADMIN_TEST_KEY" in html
 
 
 def test_webhook_subscription_secret_is_shown_once_on_rotation(root_client, settings):
@@ -231,6 +246,14 @@ def test_dashboard_renders_every_section(root_client, fleet, django_assert_max_n
         assert section in html
     assert "extraction_failed" in html and str(fleet["pending"].pk) in html
     assert "cdn" not in html.lower()
+
+
+def test_dashboard_needs_the_jobs_view_permission(client):
+    ExtractionJobFactory(processing=True)
+    client.force_login(staff("view_extractor"))
+    assert client.get("/admin/dashboard/").status_code == 403
+    client.force_login(staff("view_extractionjob"))
+    assert client.get("/admin/dashboard/").status_code == 200
 
 
 def test_dashboard_needs_staff(client):

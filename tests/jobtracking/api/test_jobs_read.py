@@ -327,7 +327,12 @@ def test_readyz_needs_recent_heartbeats(api, caplog):
     ]
     for kind in ("cluster", "dispatcher"):
         ServiceHeartbeat.objects.create(name=f"{kind}@test", kind=kind, beat_at=timezone.now())
-    assert api.get("/readyz").json()["ready"] is True
+    ready = api.get("/readyz").json()
+    assert ready["ready"] is True
+    # A client learns how many are alive, not the hosts they run on; staff see the names.
+    assert ready["checks"]["cluster"]["alive"] == 1
+    operator = client_for(UserFactory(username="operator", is_staff=True))
+    assert operator.get("/readyz").json()["checks"]["cluster"]["alive"] == ["cluster@test"]
 
 
 # One error shape
