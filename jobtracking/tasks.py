@@ -54,6 +54,7 @@ from jobtracking.services.engine import (
     submitted_move,
     succeeded_move,
 )
+from jobtracking.urlsafety import UnsafeURLError, check_public_url
 from jobtracking.webhooks import deliver
 
 logger = logging.getLogger(__name__)
@@ -157,6 +158,14 @@ def _submit_request(job: ExtractionJob) -> SubmitRequest:
 
 
 def _submit(job: ExtractionJob):
+    if job.source_url:
+        # Again at every submission (requeues too): the name may resolve elsewhere by now.
+        try:
+            check_public_url(job.source_url)
+        except UnsafeURLError as unsafe:
+            raise PermanentExtractorError(
+                f"The source URL is refused: {unsafe.message}", code=ErrorCode.SOURCE_UNAVAILABLE
+            ) from None
     return _client(job).submit(_submit_request(job))
 
 

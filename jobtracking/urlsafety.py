@@ -2,10 +2,13 @@
 `source_url`, a webhook's target): only http(s), and only public addresses unless a setting
 names the host or network (tests and local demos need loopback)."""
 
+import contextlib
 import ipaddress
 import socket
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+import requests
 from django.conf import settings
 
 from jobtracking.errors import ApplicationError
@@ -22,9 +25,10 @@ def _allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     return [ipaddress.ip_network(net, strict=False) for net in settings.OUTBOUND_ALLOWED_NETWORKS]
 
 
-def check_public_url(url: str) -> None:
+def check_public_url(url: str) -> list[str] | None:
     """Raise `UnsafeURLError` unless `url` is http(s) and every address its host resolves to is
-    public, or the host or its network is allowed by settings."""
+    public, or the host or its network is allowed by settings. Returns the approved addresses to
+    connect to (None for a host the settings allow by name)."""
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -38,20 +42,42 @@ def check_public_url(url: str) -> None:
     if parts.username or parts.password:
         raise UnsafeURLError("URLs with credentials are not accepted.")
     if host in settings.OUTBOUND_ALLOWED_HOSTS:
-        return
+        return None
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):
         raise UnsafeURLError(f"The host {host} cannot be resolved.") from None
     allowed = _allowed_networks()
+    approved = []
     for info in infos:
         address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        approved.append(str(address))
         if any(address in network for network in allowed):
             continue
-        if not address.is_global or address.is_multicast:
-            raise UnsafeURLError(
-                f"The host {host} resolves to a non-public address ({address_class(address)})."
-            )
+        for candidate in (address, *embedded_ipv4(address)):
+            if not candidate.is_global or candidate.is_multicast:
+                described = address_class(candidate)
+                if candidate is not address:
+                    described = f"{described} {candidate} inside {address}"
+                raise UnsafeURLError(
+                    f"The host {host} resolves to a non-public address ({described})."
+                )
+    return approved
+
+
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address carries and routes to: mapped, IPv4-compatible, NAT64,
+    6to4, Teredo (the client). `::127.0.0.1` reaches loopback as surely as `127.0.0.1`."""
+    if address.version != 6:
+        return []
+    found = [address.ipv4_mapped, address.sixtofour, address.teredo and address.teredo[1]]
+    if address in NAT64 or address in IPV4_COMPATIBLE:
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return [candidate for candidate in found if candidate]
 
 
 def address_class(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
@@ -59,3 +85,41 @@ def address_class(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str
         if getattr(address, f"is_{name}"):
             return name.replace("_", "-")
     return "not global"
+
+
+class PinnedAdapter(requests.adapters.HTTPAdapter):
+    """Connects to the address the guard approved, whatever the host's name resolves to by the
+    time of the call (DNS rebinding); the Host header, TLS SNI and the certificate check keep the
+    name."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        super().__init__(max_retries=0)
+
+    def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
+        host_params, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
+        if host_params["scheme"] == "https":
+            name = host_params["host"]
+            pool_kwargs = {**pool_kwargs, "server_hostname": name, "assert_hostname": name}
+        return self.poolmanager.connection_from_host(
+            host=self.address,
+            port=host_params["port"],
+            scheme=host_params["scheme"],
+            pool_kwargs=pool_kwargs,
+        )
+
+
+@contextlib.contextmanager
+def post_checked(url: str, **kwargs) -> Iterator[requests.Response]:
+    """POST to a client-given URL: checked by the guard, then sent to the address it approved.
+    Proxies from the environment are ignored (they would connect elsewhere); redirects are not
+    followed."""
+    addresses = check_public_url(url)
+    headers = dict(kwargs.pop("headers", {}))
+    with requests.Session() as session:
+        session.trust_env = False
+        if addresses:
+            session.mount(f"{urlsplit(url).scheme}://", PinnedAdapter(addresses[0]))
+            headers["Host"] = urlsplit(url).netloc
+        with session.post(url, headers=headers, allow_redirects=False, **kwargs) as response:
+            yield response

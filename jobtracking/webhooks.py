@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from jobtracking.models import DeliveryState, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.queue import enqueue_delivery
-from jobtracking.urlsafety import UnsafeURLError, check_public_url
+from jobtracking.urlsafety import UnsafeURLError, post_checked
 
 # Waits before each retry; after the last one the delivery is dead (about 31 hours in all).
 RETRY_SCHEDULE = (
@@ -115,13 +115,11 @@ def deliver(delivery_id: int) -> str:
     }
     status, excerpt, error = None, "", ""
     try:
-        check_public_url(subscription.url)
-        with requests.post(
+        with post_checked(
             subscription.url,
             data=body,
             headers=headers,
             timeout=(settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT),
-            allow_redirects=False,
             stream=True,
         ) as response:
             status, excerpt = response.status_code, _excerpt(response)

@@ -1,9 +1,18 @@
 import pytest
 import requests
+from django.core.cache import cache
 
 from jobtracking.services import Actor
 from tests.factories import ExtractorFactory, UserFactory
 from tests.processes import answers, free_port, start_command, stop, wait_until
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Throttles and failed-authentication counts live in the cache: none carries over."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture

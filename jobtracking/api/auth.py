@@ -1,15 +1,20 @@
 """Token authentication with hashed tokens: `Authorization: Token <key>` (or `Bearer <key>`)."""
 
 import hashlib
+import logging
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from jobtracking.models import ApiToken
+
+logger = logging.getLogger(__name__)
 
 KEYWORDS = (b"token", b"bearer")
 LAST_USED_RESOLUTION = timedelta(minutes=5)
@@ -26,20 +31,51 @@ def token_issue(*, user: AbstractBaseUser) -> str:
     return key
 
 
+def _failures_key(request) -> str:
+    return f"api-auth-failures:{request.META.get('REMOTE_ADDR', '')}"
+
+
+def _refuse(request, reason: str) -> exceptions.AuthenticationFailed:
+    """Count a failed authentication against the client's address and log it (never the
+    token)."""
+    key = _failures_key(request)
+    cache.add(key, 0, settings.API_AUTH_FAILURE_WINDOW_SECONDS)
+    try:
+        failures = cache.incr(key)
+    except ValueError:  # expired between add and incr
+        failures = 1
+    logger.warning(
+        "API authentication failed from %s (%s; %d in the window)",
+        request.META.get("REMOTE_ADDR", "?"),
+        reason,
+        failures,
+    )
+    return exceptions.AuthenticationFailed(reason)
+
+
 class HashedTokenAuthentication(BaseAuthentication):
+    """Also the brute-force brake: an address with `API_AUTH_FAILURE_LIMIT` failed attempts in
+    the window gets 429 for any token, right or wrong, until the window ends."""
+
     def authenticate(self, request):
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() not in KEYWORDS:
             return None
+        failures = cache.get(_failures_key(request), 0)
+        if failures >= settings.API_AUTH_FAILURE_LIMIT:
+            raise exceptions.Throttled(
+                wait=settings.API_AUTH_FAILURE_WINDOW_SECONDS,
+                detail="Too many failed authentications from this address.",
+            )
         if len(parts) != 2:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
+            raise _refuse(request, "Malformed Authorization header.")
         try:
             key = parts[1].decode()
         except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed("Malformed token.") from None
+            raise _refuse(request, "Malformed token.") from None
         token = ApiToken.objects.select_related("user").filter(key_hash=hash_key(key)).first()
         if token is None or not token.user.is_active:
-            raise exceptions.AuthenticationFailed("Invalid token.")
+            raise _refuse(request, "Invalid token.")
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -38,6 +38,7 @@ from jobtracking.api.serializers import (
     job_fields,
 )
 from jobtracking.errors import JobValidationError
+from jobtracking.filetypes import HEAD_BYTES, content_matches
 from jobtracking.metrics import render as render_metrics
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatus
 from jobtracking.selectors import event_list, heartbeats, job_list, job_stats
@@ -119,6 +120,12 @@ class ExtractionJobViewSet(
                     f"Files of type {serializer.validated_data['content_type'] or 'unknown'} "
                     "are not accepted.",
                     accepted=settings.JOBS_UPLOAD_CONTENT_TYPES,
+                )
+            if not content_matches(serializer.validated_data["content_type"], upload_head(upload)):
+                return problem(
+                    415,
+                    "content_mismatch",
+                    f"The file's content is not {serializer.validated_data['content_type']}.",
                 )
         key = request.headers.get("Idempotency-Key", "").strip()
         if len(key) > 255:
@@ -240,6 +247,12 @@ def validated(serializer_class, request) -> dict:
 
 def item_error(index: int, body: dict) -> dict:
     return {"index": index, "status": "error", "job": None, "error": body}
+
+
+def upload_head(upload) -> bytes:
+    head = upload.read(HEAD_BYTES)
+    upload.seek(0)
+    return head
 
 
 def too_large() -> Response:

@@ -30,6 +30,12 @@ FAST = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _loopback_sources(settings):
+    # These jobs' source URLs are the sandbox's own, on loopback.
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+
+
 @pytest.fixture
 def sandbox_extractor(sandbox):
     return ExtractorFactory(slug="sandbox", adapter=Adapter.SANDBOX, base_url=sandbox.url, **FAST)
@@ -140,6 +146,16 @@ def test_a_job_cancelled_during_its_batch_is_dropped_and_cancelled_at_the_extrac
     assert statuses[jobs[0].pk] == "cancelled"
     assert {statuses[jobs[1].pk], statuses[jobs[2].pk]} == {"submitted"}
     assert sandbox.stats()["requests"]["DELETE"] == 1
+
+
+def test_a_source_url_is_checked_again_at_each_submission(sandbox, sandbox_extractor, settings):
+    jobs = url_jobs(sandbox_extractor, 1, sandbox)
+    settings.OUTBOUND_ALLOWED_NETWORKS = []  # loopback is no longer allowed (or the name moved)
+    process_jobs(claim(jobs))
+    job = ExtractionJob.objects.get(pk=jobs[0].pk)
+    assert (job.status_id, job.error_code) == ("failed", "source_unavailable")
+    assert "non-public address (loopback)" in job.error_message
+    assert sandbox.stats()["posts_by_key"] == {}
 
 
 def test_the_in_flight_cap_leases_only_the_room_left_and_defers_the_rest(

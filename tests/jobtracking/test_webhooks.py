@@ -1,6 +1,7 @@
 """Webhooks to a local receiver that verifies signatures with the `standardwebhooks` package."""
 
 import json
+import socket
 import time
 from datetime import timedelta
 
@@ -11,7 +12,7 @@ from standardwebhooks import Webhook
 from werkzeug import Response
 
 from jobtracking.dispatcher import claim_due_deliveries
-from jobtracking.models import WebhookDelivery
+from jobtracking.models import WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, job_cancel, job_create
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 from jobtracking.webhooks import RETRY_SCHEDULE, deliver, delivery_retry, subscription_secret
@@ -169,6 +170,54 @@ def test_a_delivery_to_a_now_private_address_is_refused_at_send_time(httpserver,
     assert httpserver.log == []
 
 
+def test_dns_rebinding_cannot_turn_a_delivery_towards_loopback(httpserver, settings, monkeypatch):
+    """The attack: the name answers a public address to the guard, then loopback to the
+    connection. The delivery goes to the address the guard approved, or nowhere."""
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    settings.WEBHOOK_CONNECT_TIMEOUT = 0.5
+    httpserver.expect_request("/hooks").respond_with_data("captured")
+    answers = iter(["93.184.216.34", "127.0.0.1"])
+    real = socket.getaddrinfo
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "rebind.example":
+            return real(host, port, *args, **kwargs)
+        address = next(answers, "127.0.0.1")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    subscription = WebhookSubscriptionFactory(url="https://hooks.example.org/hooks")
+    # Saved while the name looked public; the receiver is really this loopback server.
+    WebhookSubscription.objects.filter(pk=subscription.pk).update(
+        url=f"http://rebind.example:{httpserver.port}/hooks"
+    )
+    make_job()
+    assert deliver(WebhookDelivery.objects.get().pk) == "pending"
+    assert httpserver.log == []  # nothing reached loopback
+    assert WebhookDelivery.objects.get().last_status_code is None
+
+
+def test_a_pinned_delivery_keeps_the_name_in_the_host_header(httpserver, settings, monkeypatch):
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    real = socket.getaddrinfo
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda host, port, *a, **k: real(
+            "127.0.0.1" if host == "named.example" else host, port, *a, **k
+        ),
+    )
+    subscription = WebhookSubscriptionFactory(url="https://hooks.example.org/hooks")
+    WebhookSubscription.objects.filter(pk=subscription.pk).update(
+        url=f"http://named.example:{httpserver.port}/hooks"
+    )
+    make_job()
+    assert deliver(WebhookDelivery.objects.get().pk) == "delivered"
+    (request, _) = httpserver.log[0]
+    assert request.headers["Host"] == f"named.example:{httpserver.port}"
+
+
 def test_the_dispatcher_claims_due_deliveries_once(
     subscription, django_capture_on_commit_callbacks
 ):
@@ -202,6 +251,11 @@ def test_subscription_secrets_are_derived_and_rotate(subscription):
         "http://[::1]/x",
         "http://[fc00::1]/x",
         "http://[fe80::1]/x",
+        "http://[::127.0.0.1]/x",
+        "http://[::ffff:127.0.0.1]/x",
+        "http://[64:ff9b::a00:1]/x",
+        "http://[2002:a00:1::]/x",
+        "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/x",
         "ftp://93.184.216.34/x",
         "file:///etc/passwd",
         "http:///nohost",

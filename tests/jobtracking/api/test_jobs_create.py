@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -6,6 +8,7 @@ from tests.factories import ExtractionJobFactory, ExtractorFactory
 from tests.jobtracking.api.conftest import assert_problem
 
 pytestmark = pytest.mark.django_db
+SAMPLES = Path(__file__).resolve().parents[3] / "extraction" / "sandbox" / "samples"
 URL = "/api/v1/jobs/"
 
 
@@ -121,6 +124,32 @@ def test_create_upload_too_large_is_413(api, extractor, settings):
     response = api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload})
     assert_problem(response, 413, "payload_too_large")
     assert not ExtractionJob.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "declared"),
+    [
+        ("budget.pdf", b"MZ\x90\x00\x03\x00\x00\x00PE", "application/pdf"),  # an .exe
+        ("scan.png", b"%PDF-1.7 not a picture", "image/png"),
+        ("notes.txt", b"text\x00with a NUL", "text/plain"),
+        ("rows.csv", b"\xff\xfe\x00\x00binary", "text/csv"),
+    ],
+)
+def test_create_upload_whose_content_is_not_its_type_is_415(
+    api, extractor, name, content, declared
+):
+    upload = SimpleUploadedFile(name, content, content_type=declared)
+    response = api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload})
+    assert_problem(response, 415, "content_mismatch")
+    assert not ExtractionJob.objects.exists()
+
+
+def test_create_upload_of_a_real_pdf_is_accepted(api, extractor):
+    pdf = (SAMPLES / "financial-statement.pdf").read_bytes()
+    upload = SimpleUploadedFile("f.pdf", pdf, content_type="application/pdf")
+    assert (
+        api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload}).status_code == 201
+    )
 
 
 def test_create_upload_of_a_refused_type_is_415(api, extractor):
