@@ -6,6 +6,7 @@ from datetime import timedelta
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.utils import timezone
@@ -24,6 +25,7 @@ from jobtracking.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from jobtracking.selectors import VIEW_ALL, job_list, job_may_act
 from jobtracking.services import Actor, job_cancel, job_requeue
 from jobtracking.webhooks import delivery_retry, subscription_secret
 
@@ -202,6 +204,10 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
             return "—"
         return f"{(job.completed_at - job.created_at).total_seconds():.1f} s"
 
+    def get_queryset(self, request):
+        # The same reach as the API: a staff member's own jobs unless they may view all.
+        return job_list(user=request.user).select_related(None).select_related("extractor")
+
     def get_search_results(self, request, queryset, search_term):
         # Exact matches and a prefix only: each uses an index even with millions of jobs.
         term = search_term.strip()
@@ -222,12 +228,15 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         actor = Actor(ActorType.ADMIN, request.user)
         reason = request.POST.get("reason", "")
         done, refused = 0, []
-        for job_id in queryset.values_list("pk", flat=True):
+        for job in queryset.select_related(None).only("pk", "requested_by"):
+            job_id = job.pk
             try:
+                if not job_may_act(user=request.user, job=job):
+                    raise PermissionDenied("another client's job (needs manage_all_extractionjobs)")
                 act(job_id=job_id, actor=actor, reason=reason)
                 done += 1
-            except ApplicationError as error:
-                refused.append(f"{str(job_id)[-12:]}: {error.message}")
+            except (ApplicationError, PermissionDenied) as error:
+                refused.append(f"{str(job_id)[-12:]}: {getattr(error, 'message', error)}")
         if done:
             self.message_user(request, f"{done} job(s) {verb}.", messages.SUCCESS)
         if refused:
@@ -300,6 +309,12 @@ class JobStatusChangeAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     ordering = ["-changed_at"]
+
+    def get_queryset(self, request):
+        changes = super().get_queryset(request)
+        if request.user.has_perm(VIEW_ALL):
+            return changes
+        return changes.filter(job__requested_by=request.user)
 
     @admin.display(description="job")
     def job_link(self, change: JobStatusChange):

@@ -13,6 +13,7 @@ from django.utils import timezone
 from jobtracking import states
 from jobtracking.admin_paging import EstimatedCountPaginator
 from jobtracking.models import ExtractionJob
+from jobtracking.selectors import VIEW_ALL
 
 CHART_WIDTH, CHART_HEIGHT = 720, 160
 
@@ -66,8 +67,8 @@ def _throughput(since) -> list[dict]:
 
 
 def dashboard_view(request):
-    # It lists jobs (in-flight ids, failures): the jobs' own view permission, as their pages need.
-    if not request.user.has_perm("jobtracking.view_extractionjob"):
+    # It describes every client's jobs (in-flight ids, failures): view and view-all.
+    if not request.user.has_perms(["jobtracking.view_extractionjob", VIEW_ALL]):
         raise PermissionDenied
     now = timezone.now()
     active = ExtractionJob.objects.filter(status__in=sorted(states.ACTIVE))

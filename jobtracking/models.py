@@ -107,6 +107,11 @@ class ExtractionJob(models.Model):
             ("cancel_extractionjob", "Can cancel extraction jobs"),
             ("requeue_extractionjob", "Can requeue extraction jobs"),
             ("view_all_extractionjobs", "Can view every client's extraction jobs"),
+            (
+                "manage_all_extractionjobs",
+                "Can cancel and requeue every client's extraction jobs (with the action's own "
+                "permission)",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

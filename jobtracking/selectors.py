@@ -12,12 +12,19 @@ from jobtracking import states
 from jobtracking.models import ExtractionJob, JobEvent, ServiceHeartbeat
 
 VIEW_ALL = "jobtracking.view_all_extractionjobs"
+MANAGE_ALL = "jobtracking.manage_all_extractionjobs"
 
 
 def job_list(*, user: AbstractBaseUser) -> QuerySet[ExtractionJob]:
     """The jobs `user` may see: the ones they requested, or all with the view-all permission."""
     jobs = ExtractionJob.objects.select_related("extractor", "requested_by")
     return jobs if user.has_perm(VIEW_ALL) else jobs.filter(requested_by=user)
+
+
+def job_may_act(*, user: AbstractBaseUser, job: ExtractionJob) -> bool:
+    """Whether `user` may cancel or requeue `job` (holding that action's permission too): their
+    own job, or any with the manage-all permission. Seeing every job (view-all) is not enough."""
+    return job.requested_by_id == user.pk or user.has_perm(MANAGE_ALL)
 
 
 def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEvent]:

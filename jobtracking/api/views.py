@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
@@ -41,7 +41,7 @@ from jobtracking.errors import JobValidationError
 from jobtracking.filetypes import HEAD_BYTES, content_matches
 from jobtracking.metrics import render as render_metrics
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatus
-from jobtracking.selectors import event_list, heartbeats, job_list, job_stats
+from jobtracking.selectors import event_list, heartbeats, job_list, job_may_act, job_stats
 from jobtracking.services import (
     Actor,
     job_cancel,
@@ -86,6 +86,16 @@ class ExtractionJobViewSet(
         if getattr(self, "swagger_fake_view", False):
             return ExtractionJob.objects.none()
         return job_list(user=self.request.user)
+
+    def get_actionable_object(self) -> ExtractionJob:
+        """The job, if the caller may also act on it (see `job_may_act`)."""
+        job = self.get_object()
+        if not job_may_act(user=self.request.user, job=job):
+            raise PermissionDenied(
+                "Cancelling or requeueing another client's job needs the "
+                "manage_all_extractionjobs permission."
+            )
+        return job
 
     @extend_schema(
         request={
@@ -222,7 +232,7 @@ class ExtractionJobViewSet(
     @action(detail=True, methods=["post"], filterset_class=None)
     def cancel(self, request, pk=None):
         """Cancel an active job (and ask the extractor to drop it)."""
-        job = self.get_object()
+        job = self.get_actionable_object()
         data = validated(JobActionSerializer, request)
         job = job_cancel(job_id=job.pk, actor=api_actor(request), reason=data["reason"])
         return Response(ExtractionJobSerializer(job).data)
@@ -231,7 +241,7 @@ class ExtractionJobViewSet(
     @action(detail=True, methods=["post"], filterset_class=None)
     def requeue(self, request, pk=None):
         """Run a terminal job again as a new attempt; a succeeded job needs `force`."""
-        job = self.get_object()
+        job = self.get_actionable_object()
         data = validated(JobRequeueSerializer, request)
         job = job_requeue(
             job_id=job.pk, actor=api_actor(request), reason=data["reason"], force=data["force"]

@@ -24,6 +24,10 @@ pytestmark = pytest.mark.django_db
 JOBS = "/admin/jobtracking/extractionjob/"
 
 
+# Staff who look after every client's jobs.
+OPERATOR = ("view_extractionjob", "view_all_extractionjobs", "manage_all_extractionjobs")
+
+
 def staff(*codenames: str):
     user = UserFactory(username=f"staff-{'-'.join(codenames) or 'none'}", is_staff=True)
     for codename in codenames:
@@ -101,7 +105,7 @@ def test_detail_page_shows_timeline_results_and_events(root_client):
 
 
 def test_requeue_action_records_the_admin_and_reason(fleet, client):
-    user = staff("view_extractionjob", "requeue_extractionjob")
+    user = staff(*OPERATOR, "requeue_extractionjob")
     client.force_login(user)
     response = client.post(
         JOBS,
@@ -125,7 +129,7 @@ def test_requeue_of_succeeded_needs_force_and_reports_refusals(root_client, flee
 
 
 def test_staff_without_requeue_permission_cannot_requeue(fleet, client):
-    client.force_login(staff("view_extractionjob"))
+    client.force_login(staff(*OPERATOR))
     page = client.get(JOBS).content.decode()
     assert "requeue_selected" not in page and "cancel_selected" not in page
     client.post(JOBS, {"action": "requeue_selected", "_selected_action": [fleet["failed"].pk]})
@@ -133,7 +137,7 @@ def test_staff_without_requeue_permission_cannot_requeue(fleet, client):
 
 
 def test_cancel_action_needs_its_permission(fleet, client):
-    client.force_login(staff("view_extractionjob", "cancel_extractionjob"))
+    client.force_login(staff(*OPERATOR, "cancel_extractionjob"))
     client.post(JOBS, {"action": "cancel_selected", "_selected_action": [fleet["pending"].pk]})
     assert ExtractionJob.objects.get(pk=fleet["pending"].pk).status_id == "cancelled"
 
@@ -253,6 +257,8 @@ def test_dashboard_needs_the_jobs_view_permission(client):
     client.force_login(staff("view_extractor"))
     assert client.get("/admin/dashboard/").status_code == 403
     client.force_login(staff("view_extractionjob"))
+    assert client.get("/admin/dashboard/").status_code == 403  # it shows every client's jobs
+    client.force_login(staff("view_extractionjob", "view_all_extractionjobs"))
     assert client.get("/admin/dashboard/").status_code == 200
 
 
@@ -275,3 +281,30 @@ def test_dashboard_needs_staff(client):
 )
 def test_every_admin_page_renders(root_client, fleet, page):
     assert root_client.get(page).status_code == 200
+
+
+def test_staff_see_and_export_only_their_own_jobs_without_view_all(client):
+    member = staff("view_extractionjob", "requeue_extractionjob")
+    mine = ExtractionJobFactory(requested_by=member, failed=True)
+    theirs = ExtractionJobFactory(requested_by=UserFactory(username="client-b"), failed=True)
+    client.force_login(member)
+    assert listed(client.get(JOBS)) == {str(mine.pk)}
+    assert client.get(f"{JOBS}{theirs.pk}/change/").status_code == 302  # not found for them
+    export = client.post(JOBS, {"action": "export_csv"})
+    body = b"".join(export.streaming_content).decode()
+    assert str(mine.pk) in body and str(theirs.pk) not in body
+
+
+def test_admin_actions_on_another_clients_jobs_need_manage_all(client):
+    viewer = staff("view_extractionjob", "view_all_extractionjobs", "requeue_extractionjob")
+    theirs = ExtractionJobFactory(requested_by=UserFactory(username="client-c"), failed=True)
+    client.force_login(viewer)
+    assert listed(client.get(JOBS)) == {str(theirs.pk)}  # view-all: may see it
+    client.post(JOBS, {"action": "requeue_selected", "_selected_action": [theirs.pk]})
+    theirs.refresh_from_db()
+    assert theirs.status_id == "failed"
+    viewer.user_permissions.add(Permission.objects.get(codename="manage_all_extractionjobs"))
+    client.force_login(viewer)
+    client.post(JOBS, {"action": "requeue_selected", "_selected_action": [theirs.pk]})
+    theirs.refresh_from_db()
+    assert theirs.status_id == "pending"

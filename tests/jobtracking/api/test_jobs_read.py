@@ -13,7 +13,7 @@ from tests.factories import (
     ExtractorFactory,
     UserFactory,
 )
-from tests.jobtracking.api.conftest import assert_problem, client_for
+from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/jobs/"
@@ -375,3 +375,22 @@ def test_date_filters_accept_offsets_postgresql_would_refuse(api, jobs):
     # Found by schemathesis: an offset beyond ±15:59 reached PostgreSQL and failed there.
     response = api.get(f"{URL}?completed_before={quote('0802-11-15T00:53:31+20:33')}")
     assert response.status_code == 200 and response.json()["results"] == []
+
+
+# Reach of the permissions: seeing every job is not acting on every job
+
+
+@pytest.mark.parametrize("action", ["cancel", "requeue"])
+def test_view_all_does_not_let_a_client_act_on_another_clients_job(owner, action):
+    other = service_account("other-client")
+    job = ExtractionJobFactory(
+        requested_by=other, **({"failed": True} if action == "requeue" else {})
+    )
+    auditor = client_for(service_account("auditor-acts", "view_all_extractionjobs"))
+    assert auditor.get(f"{URL}{job.pk}/").status_code == 200  # may see it
+    refused = assert_problem(auditor.post(f"{URL}{job.pk}/{action}/", {}), 403, "permission_denied")
+    assert "manage_all_extractionjobs" in refused["detail"]
+    manager = client_for(
+        service_account("manager", "view_all_extractionjobs", "manage_all_extractionjobs")
+    )
+    assert manager.post(f"{URL}{job.pk}/{action}/", {}, format="json").status_code == 200
