@@ -4,6 +4,7 @@ import csv
 import functools
 import io
 import re
+import time
 from typing import Any
 
 from pypdf import PdfReader
@@ -21,6 +22,10 @@ class UnsupportedDocumentError(Exception):
 
 class CorruptDocumentError(Exception):
     """The file claims a kind the sandbox reads but cannot be read (the job fails)."""
+
+
+class DocumentTooLargeError(CorruptDocumentError):
+    """Reading it would pass the bounds on pages, text or time (the job fails)."""
 
 
 def detect_kind(content: bytes, file_name: str, content_type: str) -> str:
@@ -64,12 +69,35 @@ def key_values(text: str, page: int) -> list[dict[str, Any]]:
     return pairs
 
 
-def _pdf_pages(content: bytes) -> list[str]:
+# Bounds per document: a small PDF can expand to gigabytes of content streams or take minutes.
+MAX_PAGES = 500
+MAX_TEXT_CHARS = 20 << 20
+MAX_SECONDS = 10.0
+
+
+def _pdf_pages(content: bytes, max_seconds: float = MAX_SECONDS) -> list[str]:
+    """Text per page, within the bounds; past one of them, or on anything pypdf raises (its own
+    decompression limits included), the document is refused for good."""
+    started = time.monotonic()
+    texts, size = [], 0
     try:
         reader = PdfReader(io.BytesIO(content))
-        return [page.extract_text() or "" for page in reader.pages]
+        if len(reader.pages) > MAX_PAGES:
+            raise DocumentTooLargeError(f"The PDF has more than {MAX_PAGES} pages.")
+        for page in reader.pages:
+            if time.monotonic() - started > max_seconds:
+                raise DocumentTooLargeError(f"Reading the PDF took over {max_seconds:g} s.")
+            texts.append(page.extract_text() or "")
+            size += len(texts[-1])
+            if size > MAX_TEXT_CHARS:
+                raise DocumentTooLargeError(f"The PDF holds over {MAX_TEXT_CHARS} characters.")
+    except DocumentTooLargeError:
+        raise
     except (PdfReadError, ValueError, KeyError, TypeError) as error:
         raise CorruptDocumentError(f"Cannot read the PDF: {error}") from None
+    except Exception as error:  # pypdf's limits and its internal errors alike: never a crash
+        raise CorruptDocumentError(f"Cannot read the PDF ({type(error).__name__})") from None
+    return texts
 
 
 def _csv_rows(content: bytes) -> list[list[str]]:

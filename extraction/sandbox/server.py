@@ -26,6 +26,7 @@ import requests
 
 from extraction.sandbox.extract import (
     CorruptDocumentError,
+    DocumentTooLargeError,
     UnsupportedDocumentError,
     extract,
 )
@@ -347,6 +348,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             result, error = extract(content, file_name, content_type), None
         except UnsupportedDocumentError as unsupported:
             return self.send_error_json(415, "unsupported_media_type", str(unsupported))
+        except DocumentTooLargeError as too_large:
+            result, error = None, {"code": "document_too_large", "message": str(too_large)}
         except CorruptDocumentError as corrupt:
             result, error = None, {"code": "corrupt_document", "message": str(corrupt)}
         config = self.state.config
@@ -398,18 +401,26 @@ class SandboxHandler(BaseHTTPRequestHandler):
         url = data.get("url") if isinstance(data, dict) else None
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError("Give a multipart 'file' or a JSON 'url'.")
+        content, fetched_type = self.fetch(url)
+        name = url.rsplit("/", 1)[-1].split("?", 1)[0]
+        return content, name, fetched_type, data.get("options") or {}
+
+    def fetch(self, url: str) -> tuple[bytes, str]:
+        """The document at `url`: no redirects followed, at most MAX_UPLOAD_BYTES read."""
         try:
-            fetched = self.state.fetcher.get(url, timeout=(5, 30))
-            fetched.raise_for_status()
+            with self.state.fetcher.get(
+                url, timeout=(5, 30), allow_redirects=False, stream=True
+            ) as fetched:
+                if fetched.is_redirect:
+                    raise ValueError("The document's URL redirects; redirects are not followed.")
+                fetched.raise_for_status()
+                content = fetched.raw.read(MAX_UPLOAD_BYTES + 1, decode_content=True)
+                media = fetched.headers.get("Content-Type", "")
         except requests.RequestException as error:
             raise ValueError(f"Cannot fetch the document: {type(error).__name__}") from None
-        name = url.rsplit("/", 1)[-1].split("?", 1)[0]
-        return (
-            fetched.content,
-            name,
-            fetched.headers.get("Content-Type", ""),
-            data.get("options") or {},
-        )
+        if len(content) > MAX_UPLOAD_BYTES:
+            raise ValueError(f"The document is larger than {MAX_UPLOAD_BYTES} bytes.")
+        return content, media
 
     def find(self, job_id: str) -> SandboxJob | None:
         with self.state.lock:

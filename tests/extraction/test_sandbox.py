@@ -13,6 +13,8 @@ from extraction.errors import (
     PermanentExtractorError,
     TransientExtractorError,
 )
+from extraction.sandbox import extract as extract_module
+from extraction.sandbox.extract import CorruptDocumentError, DocumentTooLargeError
 
 SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
 
@@ -78,6 +80,45 @@ def test_sandbox_fetches_a_source_url(sandbox, httpserver):
     assert poll_until_done(client, submission.poll_url).status is RemoteStatus.SUCCEEDED
     output = client.fetch_result(submission.poll_url)
     assert output.payload["key_values"][0]["number"] == 42
+
+
+def test_sandbox_does_not_follow_a_redirecting_source_url(sandbox, httpserver):
+    httpserver.expect_request("/files/moved.txt").respond_with_data(
+        "", status=302, headers={"Location": "http://169.254.169.254/latest/meta-data"}
+    )
+    client = make_client(sandbox)
+    with pytest.raises(PermanentExtractorError) as refused:
+        client.submit(
+            SubmitRequest(file_name="moved.txt", source_url=httpserver.url_for("/files/moved.txt"))
+        )
+    assert refused.value.code == ErrorCode.REJECTED_BY_EXTRACTOR
+    assert "redirects are not followed" in refused.value.message
+    assert len(httpserver.log) == 1
+
+
+@pytest.mark.parametrize(
+    ("bound", "value", "refusal"),
+    [("MAX_PAGES", 2, "more than 2 pages"), ("MAX_TEXT_CHARS", 100, "over 100 characters")],
+)
+def test_sandbox_pdf_reading_is_bounded_per_document(monkeypatch, bound, value, refusal):
+    monkeypatch.setattr(extract_module, bound, value)
+    with pytest.raises(DocumentTooLargeError, match=refusal):
+        extract_module._pdf_pages((SAMPLES / "financial-statement.pdf").read_bytes())
+
+
+def test_sandbox_pdf_reading_is_bounded_in_time():
+    pdf = (SAMPLES / "financial-statement.pdf").read_bytes()
+    with pytest.raises(DocumentTooLargeError, match="took over -1 s"):
+        extract_module._pdf_pages(pdf, max_seconds=-1)
+
+
+def test_sandbox_pdf_errors_of_any_kind_end_in_a_refusal_not_a_crash(monkeypatch):
+    def explode(*args, **kwargs):
+        raise RecursionError("deeply nested objects")
+
+    monkeypatch.setattr(extract_module, "PdfReader", explode)
+    with pytest.raises(CorruptDocumentError, match="RecursionError"):
+        extract_module._pdf_pages(b"%PDF-1.7")
 
 
 def test_sandbox_idempotency_key_returns_the_same_extraction(sandbox):
