@@ -22,6 +22,7 @@ from uuid import UUID
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
+from django_q.brokers import get_broker
 
 from jobtracking import states
 from jobtracking.models import DeliveryState, ExtractionJob, WebhookDelivery
@@ -123,7 +124,12 @@ class Dispatcher:
                 time.sleep(wait)
 
     def tick(self) -> int:
-        claimed = len(claim_due_jobs(batch_size=self.batch_size, lease=self.lease))
+        claimed = 0
+        # Back-pressure: claim no further ahead of the workers than a few batches. Claims beyond
+        # that would only wait in the broker, and expire (and be handed out again) if the wait
+        # outlasts their lease; new work would queue behind them.
+        if get_broker().queue_size() < settings.JOBS_DISPATCH_MAX_QUEUED_TASKS:
+            claimed = len(claim_due_jobs(batch_size=self.batch_size, lease=self.lease))
         claimed += len(claim_due_deliveries(batch_size=self.batch_size, lease=self.lease))
         self.claimed_total += claimed
         if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:

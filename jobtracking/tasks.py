@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -33,6 +33,7 @@ from extraction.errors import (
     PermanentExtractorError,
     TransientExtractorError,
 )
+from extraction.models import Extractor
 from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
@@ -136,6 +137,16 @@ def process_job(job_id: str) -> None:
     process_jobs([job_id])
 
 
+def backoff(extractor: Extractor, step: int, retry_after: float | None) -> timedelta:
+    """The wait before action `step` of a series (submissions or polls) for this extractor."""
+    return next_delay(
+        step,
+        initial=extractor.poll_initial_interval,
+        cap=extractor.poll_max_interval,
+        retry_after=retry_after,
+    )
+
+
 def _client(job: ExtractionJob) -> ExtractorClient:
     return get_client(job.extractor)
 
@@ -185,12 +196,7 @@ def _submitted(job: ExtractionJob, call: Call) -> Move:
             )
         if isinstance(error, TransientExtractorError):
             logger.warning("submission failed, will retry: %s", error.message)
-            delay = next_delay(
-                token - 1,
-                initial=extractor.poll_initial_interval,
-                cap=extractor.poll_max_interval,
-                retry_after=error.retry_after,
-            )
+            delay = backoff(extractor, token - 1, error.retry_after)
             return submit_retry_move(
                 job.pk,
                 lease_token=token,
@@ -209,12 +215,7 @@ def _submitted(job: ExtractionJob, call: Call) -> Move:
             external_job_id=submission.external_id,
             external_url=submission.poll_url,
             request_id=submission.request_id,
-            first_poll_in=next_delay(
-                0,
-                initial=extractor.poll_initial_interval,
-                cap=extractor.poll_max_interval,
-                retry_after=submission.retry_after,
-            ),
+            first_poll_in=backoff(extractor, 0, submission.retry_after),
             remote_ttl=_client(job).result_ttl,
         )
 
@@ -249,12 +250,7 @@ def _polled(job: ExtractionJob, call: Call, fetch: Call | None) -> tuple[Move, R
     with job_log_context(job, job.status_id):
         if isinstance(error, TransientExtractorError):
             logger.warning("poll failed, will retry: %s", error.message)
-            next_poll_in = next_delay(
-                job.poll_error_count + 1,
-                initial=extractor.poll_initial_interval,
-                cap=extractor.poll_max_interval,
-                retry_after=error.retry_after,
-            )
+            next_poll_in = backoff(extractor, job.poll_error_count + 1, error.retry_after)
             move = poll_error_move(
                 job, error=error.message, http_status=error.http_status, next_poll_in=next_poll_in
             )
@@ -292,12 +288,7 @@ def _polled(job: ExtractionJob, call: Call, fetch: Call | None) -> tuple[Move, R
             to_status=to_status,
             raw_status=result.raw_status,
             progress=result.progress,
-            next_poll_in=next_delay(
-                job.poll_count + 1,
-                initial=extractor.poll_initial_interval,
-                cap=extractor.poll_max_interval,
-                retry_after=result.retry_after,
-            ),
+            next_poll_in=backoff(extractor, job.poll_count + 1, result.retry_after),
         )
         return move, None
 

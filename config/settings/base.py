@@ -205,6 +205,8 @@ JOBS_DISPATCH_BATCH_SIZE = int(os.environ.get("JOBS_DISPATCH_BATCH_SIZE", "200")
 JOBS_DISPATCH_IDLE_SECONDS = float(os.environ.get("JOBS_DISPATCH_IDLE_SECONDS", "0.5"))
 # Woken by a new job, the dispatcher waits this long so that jobs created with it share a batch.
 JOBS_DISPATCH_GATHER_SECONDS = float(os.environ.get("JOBS_DISPATCH_GATHER_SECONDS", "0.05"))
+# The dispatcher claims no more jobs while this many tasks wait in the broker.
+JOBS_DISPATCH_MAX_QUEUED_TASKS = int(os.environ.get("JOBS_DISPATCH_MAX_QUEUED_TASKS", "16"))
 # Jobs of one extractor per task; the task makes all their extractor calls at once.
 JOBS_TASK_BATCH_SIZE = int(os.environ.get("JOBS_TASK_BATCH_SIZE", "25"))
 # A submission lease lasts the extractor's request timeout plus this margin.

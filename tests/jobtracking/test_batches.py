@@ -11,9 +11,10 @@ from django.utils import timezone
 from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
+from django_q.tasks import async_task
 
 from extraction.models import Adapter
-from jobtracking.dispatcher import claim_due_jobs
+from jobtracking.dispatcher import Dispatcher, claim_due_jobs
 from jobtracking.errors import JobMovedOnError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, RateSlot
 from jobtracking.services import SYSTEM, Actor, Move, job_cancel, job_create, jobs_transition
@@ -230,6 +231,24 @@ def test_the_dispatcher_enqueues_one_task_per_batch_of_one_extractor(
     assert sorted(pk for batch in batches for pk in batch) == sorted(extractor_of)
     for batch in batches:
         assert len({extractor_of[pk] for pk in batch}) == 1
+
+
+def test_the_dispatcher_claims_nothing_while_the_broker_holds_enough_work(
+    monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    settings.JOBS_DISPATCH_MAX_QUEUED_TASKS = 2
+    monkeypatch.setattr(Conf, "SYNC", False)
+    job = ExtractionJobFactory(due_at=timezone.now())
+    for _ in range(2):
+        async_task("jobtracking.tasks.process_jobs", [])
+    dispatcher = Dispatcher()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert dispatcher.tick() == 0
+    job.refresh_from_db()
+    assert job.claimed_at is None
+    OrmQ.objects.all().delete()  # the workers caught up
+    with django_capture_on_commit_callbacks(execute=True):
+        assert dispatcher.tick() == 1
 
 
 @pytest.mark.django_db(transaction=True)
