@@ -228,6 +228,24 @@ class StatsSerializer(serializers.Serializer):
 # Input
 
 
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value: Any) -> int:
+    """How deeply lists and objects nest in `value` (without recursion: hostile input may nest
+    thousands of levels)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_JSON_DEPTH:
+                break
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 class JsonObjectField(serializers.JSONField):
     """A JSON object; in multipart forms it arrives as a JSON string."""
 
@@ -235,14 +253,22 @@ class JsonObjectField(serializers.JSONField):
         if isinstance(data, str):
             try:
                 data = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise serializers.ValidationError("Must be valid JSON.") from None
+        if json_depth(data) > MAX_JSON_DEPTH:
+            raise serializers.ValidationError(f"Must nest at most {MAX_JSON_DEPTH} levels deep.")
         value = super().to_internal_value(data)
         if not isinstance(value, dict):
             raise serializers.ValidationError("Must be a JSON object.")
-        if "\\u0000" in json.dumps(value):
+        text = json.dumps(value, ensure_ascii=False)
+        if "\x00" in text or "\\u0000" in text:
             # PostgreSQL's jsonb cannot hold a null character.
             raise serializers.ValidationError("Null characters are not allowed.")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate ("\\ud800") is valid JSON text but not Unicode; jsonb refuses it.
+            raise serializers.ValidationError("Must be valid Unicode text.") from None
         return value
 
 
@@ -264,7 +290,10 @@ class ExtractionJobCreateSerializer(serializers.Serializer):
     file_id = serializers.CharField(max_length=255)
     file_name = serializers.CharField(max_length=255, required=False, allow_blank=True)
     content_type = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    file_size = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    # The column is a bigint.
+    file_size = serializers.IntegerField(
+        min_value=0, max_value=2**63 - 1, required=False, allow_null=True
+    )
     file_sha256 = serializers.RegexField(
         r"^[0-9a-f]{64}$", required=False, allow_blank=True, help_text="Lowercase hex."
     )

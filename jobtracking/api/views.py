@@ -12,7 +12,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +21,7 @@ from extraction.models import Extractor
 from jobtracking.api.errors import problem, problem_body
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
+from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
 from jobtracking.api.serializers import (
     BulkCreateSerializer,
@@ -79,7 +80,7 @@ class ExtractionJobViewSet(
     filter_backends = [DjangoFilterBackend, OrderingFilter]
     ordering_fields = ["created_at", "updated_at"]
     pagination_class = JobCursorPagination
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    parser_classes = [SafeJSONParser, MultiPartParser, FormParser]
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
     def get_queryset(self):
@@ -158,7 +159,7 @@ class ExtractionJobViewSet(
         )
 
     @extend_schema(request=BulkCreateSerializer, responses={200: BulkResultSerializer})
-    @action(detail=False, methods=["post"], parser_classes=[JSONParser])
+    @action(detail=False, methods=["post"], parser_classes=[SafeJSONParser])
     def bulk(self, request):
         """Create up to 500 jobs (URL sources) in one transaction; each item has its outcome."""
         envelope = BulkCreateSerializer(data=request.data)
@@ -218,7 +219,7 @@ class ExtractionJobViewSet(
         results = job.results.order_by("-attempt")
         attempt = request.query_params.get("attempt")
         if attempt is not None:
-            if not attempt.isdigit():
+            if not (attempt.isascii() and attempt.isdigit()):
                 raise JobValidationError({"attempt": "Must be a positive integer."})
             results = results.filter(attempt=int(attempt))
         found = results.first()
@@ -281,6 +282,7 @@ class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
         "retrieve": "extraction.view_extractor",
     }
     lookup_field = "slug"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
     pagination_class = None
 
 
@@ -291,6 +293,7 @@ class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = JobStatusSerializer
     permission_classes = [IsAuthenticated]
     lookup_field = "code"
+    lookup_value_regex = "[a-z_]+"
     pagination_class = None
 
 
@@ -325,7 +328,7 @@ class StatsView(APIView):
     )
     def get(self, request):
         raw = request.query_params.get("window_hours", "24")
-        if not raw.isdigit() or not 1 <= int(raw) <= 720:
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 720:
             raise JobValidationError({"window_hours": "An integer from 1 to 720."})
         stats = job_stats(jobs=job_list(user=request.user), window=timedelta(hours=int(raw)))
         return Response(StatsSerializer(stats).data)

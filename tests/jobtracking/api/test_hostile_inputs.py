@@ -1,0 +1,87 @@
+"""Inputs that used to end in a 500: each is now a 4xx problem and creates nothing."""
+
+import json
+
+import pytest
+
+from jobtracking.models import ExtractionJob
+from tests.factories import ExtractionJobFactory
+from tests.jobtracking.api.conftest import assert_problem
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/jobs/"
+
+
+def body(**overrides) -> dict:
+    return {
+        "extractor": "sandbox",
+        "file_id": "hostile",
+        "source_url": "https://files.example.org/a.pdf",
+        **overrides,
+    }
+
+
+def nested(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def post_raw(api, text: str):
+    return api.generic("POST", URL, text, content_type="application/json")
+
+
+@pytest.mark.parametrize("size", [10**30, 2**63])
+def test_a_file_size_beyond_bigint_is_a_validation_error(api, extractor, size):
+    problem = assert_problem(
+        api.post(URL, body(file_size=size), format="json"), 400, "validation_error"
+    )
+    assert "file_size" in problem["errors"]
+    assert not ExtractionJob.objects.exists()
+
+
+def test_a_file_size_beyond_bigint_fails_its_item_not_the_bulk_batch(api, extractor):
+    items = [body(file_id="ok"), body(file_id="huge", file_size=2**63)]
+    response = api.post(URL + "bulk/", {"jobs": items}, format="json")
+    assert response.status_code == 200
+    assert (response.json()["created"], response.json()["failed"]) == (1, 1)
+
+
+def test_json_nested_a_thousand_levels_is_refused_in_a_json_body(api, extractor):
+    text = json.dumps(body())[:-1] + ', "metadata": ' + "[" * 1000 + "]" * 1000 + "}"
+    assert_problem(post_raw(api, text), 400, "parse_error")
+
+
+@pytest.mark.parametrize("field", ["metadata", "options"])
+def test_json_nested_too_deeply_is_refused_as_a_field_error(api, extractor, field):
+    problem = assert_problem(
+        api.post(URL, body(**{field: nested(40)}), format="json"), 400, "validation_error"
+    )
+    assert field in problem["errors"]
+
+
+def test_json_nested_too_deeply_is_refused_in_multipart_and_bulk(api, extractor):
+    form = {**body(file_id="m"), "metadata": "[" * 1000 + "]" * 1000}
+    assert_problem(api.post(URL, form), 400, "validation_error")
+    items = [body(metadata=nested(40))]
+    assert api.post(URL + "bulk/", {"jobs": items}, format="json").json()["failed"] == 1
+
+
+def test_a_lone_surrogate_in_metadata_is_a_validation_error(api, extractor):
+    text = json.dumps(body())[:-1] + ', "metadata": {"note": "\\ud800"}}'
+    problem = assert_problem(post_raw(api, text), 400, "validation_error")
+    assert "metadata" in problem["errors"]
+    assert not ExtractionJob.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/extractors/%00/", "/api/v1/statuses/%00/"])
+def test_a_null_byte_in_a_reference_lookup_is_not_found(api, path):
+    assert api.get(path).status_code == 404
+
+
+@pytest.mark.parametrize("digit", ["\u0663", "\uff13"])  # Arabic-Indic and full-width three
+def test_non_ascii_digits_are_not_numbers(api, owner, digit):
+    assert_problem(api.get(f"/api/v1/stats/?window_hours={digit}"), 400, "validation_error")
+    job = ExtractionJobFactory(requested_by=owner, succeeded=True)
+    assert_problem(api.get(f"{URL}{job.pk}/result/?attempt={digit}"), 400, "validation_error")
