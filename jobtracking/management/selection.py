@@ -12,16 +12,17 @@ from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
 from extraction.errors import ErrorCode
+from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.models import ExtractionJob
 
 SAMPLE_SIZE = 10
 
 
-def add_filter_arguments(parser: CommandParser) -> None:
+def add_filter_arguments(parser: CommandParser, statuses=states.ALL) -> None:
     parser.add_argument("--ids", nargs="+", default=[], help="Job ids.")
     parser.add_argument("--ids-file", help="A file of job ids, one a line ('-' for stdin).")
-    parser.add_argument("--status", action="append", choices=sorted(states.ALL), default=[])
+    parser.add_argument("--status", action="append", choices=sorted(statuses), default=[])
     parser.add_argument("--extractor", help="Extractor slug.")
     parser.add_argument("--error-code", choices=sorted(ErrorCode.values))
     for name in ("created-after", "created-before", "completed-after", "completed-before"):
@@ -46,10 +47,16 @@ def _read_ids(options: dict) -> list[str]:
         )
         with source:
             ids += [line.strip() for line in source if line.strip()]
-    try:
-        return [str(UUID(value)) for value in ids]
-    except ValueError as error:
-        raise CommandError(f"Not a job id: {error}") from None
+    bad = []
+    for value in ids:
+        try:
+            UUID(value)
+        except ValueError:
+            bad.append(value)
+    if bad:
+        shown = ", ".join(repr(value) for value in bad[:5]) + (" …" if len(bad) > 5 else "")
+        raise CommandError(f"Not a job id ({len(bad)} of {len(ids)}): {shown}")
+    return [str(UUID(value)) for value in ids]
 
 
 def filtered_jobs(options: dict) -> QuerySet[ExtractionJob]:
@@ -60,6 +67,12 @@ def filtered_jobs(options: dict) -> QuerySet[ExtractionJob]:
     if options["status"]:
         jobs = jobs.filter(status__in=options["status"])
     if options["extractor"]:
+        slugs = list(Extractor.objects.order_by("slug").values_list("slug", flat=True))
+        if options["extractor"] not in slugs:
+            raise CommandError(
+                f"No extractor {options['extractor']!r}; the extractors are: "
+                + (", ".join(slugs) or "none")
+            )
         jobs = jobs.filter(extractor__slug=options["extractor"])
     if options["error_code"]:
         jobs = jobs.filter(error_code=options["error_code"])
@@ -126,8 +139,13 @@ class Progress:
 
 
 def show_sample(command: BaseCommand, jobs: QuerySet[ExtractionJob], total: int, verb: str):
-    command.stdout.write(f"Dry run: {total} job(s) would be {verb}. Sample:")
-    for job in jobs.order_by("pk").select_related("extractor")[:SAMPLE_SIZE]:
+    """The count, and the first jobs that would be acted on (never more than `total`)."""
+    shown = min(total, SAMPLE_SIZE)
+    command.stdout.write(
+        f"Dry run: {total} job(s) would be {verb}."
+        + (f" The first {shown}:" if shown < total else "" if not total else " They are:")
+    )
+    for job in jobs.order_by("pk").select_related("extractor")[:shown]:
         command.stdout.write(f"  {job.pk}  {job.status_id:<10} {job.extractor.slug}  {job.file_id}")
 
 

@@ -119,6 +119,28 @@ def test_requeue_jobs_dry_run_changes_nothing(fleet):
     assert not JobStatusChange.objects.exists()
 
 
+def test_requeue_jobs_dry_run_with_a_limit_lists_only_what_it_would_requeue(fleet):
+    out, _ = run("requeue_jobs", "--status", "failed", "--dry-run", "--limit", "2")
+    assert "2 job(s) would be requeued" in out
+    listed = [line for line in out.splitlines() if line.startswith("  ")]
+    assert len(listed) == 2
+
+
+def test_bulk_commands_name_what_is_wrong_in_their_input(fleet):
+    with pytest.raises(
+        CommandError, match="No extractor 'nope'; the extractors are: azure, sandbox"
+    ):
+        run("requeue_jobs", "--extractor", "nope")
+    good = str(fleet["failed_sandbox"].pk)
+    with pytest.raises(CommandError, match=r"Not a job id \(2 of 3\): 'x-1', 'x-2'"):
+        run("requeue_jobs", "--ids", good, "x-1", "x-2")
+
+
+def test_purge_jobs_offers_only_terminal_statuses():
+    with pytest.raises(CommandError, match="invalid choice: 'pending'"):
+        run("purge_jobs", "--status", "pending")
+
+
 def test_requeue_jobs_refuses_to_run_without_a_filter(fleet):
     with pytest.raises(CommandError, match="at least one filter"):
         run("requeue_jobs")

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from jobtracking import states
 from jobtracking.management.selection import (
     Progress,
     add_filter_arguments,
@@ -19,7 +20,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        add_filter_arguments(parser)
+        # Only terminal jobs are ever purged: active statuses are not offered.
+        add_filter_arguments(parser, statuses=states.TERMINAL)
 
     def handle(self, *args, **options):
         jobs = filtered_jobs(options).filter(pk__in=purgeable_jobs().values("pk"))
