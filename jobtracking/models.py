@@ -39,7 +39,7 @@ class ActorType(models.TextChoices):
 
 class ExtractionJob(models.Model):
     """One request to one extractor for one file. Its status changes only through
-    `jobtracking.services.job_transition`."""
+    `jobtracking.services.transitions` (`jobs_transition`, `job_transition`)."""
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # Composite indexes below lead with these foreign keys, so Django's own FK indexes are off.
