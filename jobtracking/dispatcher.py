@@ -92,6 +92,7 @@ class Dispatcher:
         self.batch_size = batch_size or settings.JOBS_DISPATCH_BATCH_SIZE
         self.idle = settings.JOBS_DISPATCH_IDLE_SECONDS if idle is None else idle
         self.gather = settings.JOBS_DISPATCH_GATHER_SECONDS
+        self.broker = get_broker()
         self.lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
         self.name = f"dispatcher@{socket.gethostname()}:{os.getpid()}"
         self.stopping = False
@@ -128,7 +129,7 @@ class Dispatcher:
         # Back-pressure: claim no further ahead of the workers than a few batches. Claims beyond
         # that would only wait in the broker, and expire (and be handed out again) if the wait
         # outlasts their lease; new work would queue behind them.
-        if get_broker().queue_size() < settings.JOBS_DISPATCH_MAX_QUEUED_TASKS:
+        if self.broker.queue_size() < settings.JOBS_DISPATCH_MAX_QUEUED_TASKS:
             claimed = len(claim_due_jobs(batch_size=self.batch_size, lease=self.lease))
         claimed += len(claim_due_deliveries(batch_size=self.batch_size, lease=self.lease))
         self.claimed_total += claimed

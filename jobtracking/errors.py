@@ -40,13 +40,6 @@ class ActiveJobExistsError(ApplicationError):
     http_status = 409
 
 
-class InFlightLimitError(ApplicationError):
-    """The extractor already has `max_in_flight` jobs submitted: try again shortly."""
-
-    code = "in_flight_limit"
-    http_status = 409
-
-
 class ExtractorDisabledError(ApplicationError):
     code = "extractor_disabled"
     http_status = 400

@@ -38,7 +38,7 @@ from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
 from jobtracking.logs import job_log_context, log_context
-from jobtracking.models import ExtractionJob, RateSlot, ServiceHeartbeat
+from jobtracking.models import ExtractionJob, ServiceHeartbeat
 from jobtracking.retention import jobs_purge, purgeable_jobs
 from jobtracking.schedule import next_delay
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
@@ -88,7 +88,8 @@ def process_jobs(job_ids: list[str]) -> None:
     started = jobs_start(job_ids=job_ids)
     planned = started.submits + started.polls
     if not planned:
-        logger.info("batch of %d: claims already taken, nothing to do", len(job_ids))
+        # Claims taken by another copy, or every job timed out, deferred or left to its lease.
+        logger.info("batch of %d: no extractor call to make", len(job_ids))
         return
     timings = [time.perf_counter() - clock]
     moves, results = [], {}
@@ -232,10 +233,7 @@ def _fetch_results(pool: ThreadPoolExecutor, polled: list[tuple[ExtractionJob, C
     ]
     if not done:
         return {}
-    if done[0].extractor.rate_limit(RateSlot.POLL):
-        slots = reserve_fetch_slots(done[0].extractor, len(done))
-    else:
-        slots = [timezone.now()] * len(done)
+    slots = reserve_fetch_slots(done[0].extractor, len(done))
     calls = [
         pool.submit(_call_at, at, lambda job=job: _client(job).fetch_result(job.external_url))
         for job, at in zip(done, slots, strict=True)

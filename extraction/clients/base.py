@@ -25,7 +25,7 @@ from extraction.errors import (
     TransientExtractorError,
 )
 from extraction.metrics import EXTRACTOR_CALL_ERRORS, EXTRACTOR_CALL_SECONDS
-from extraction.redaction import redact_bytes, redact_text
+from extraction.redaction import REDACTED, redact_bytes, redact_text
 
 MAX_RETRY_AFTER_SECONDS = 24 * 3600.0
 
@@ -206,9 +206,11 @@ class Response:
     def __init__(self, raw: requests.Response, body: bytes, key: str = "") -> None:
         self.status_code = raw.status_code
         # Header values are kept (request ids, poll locations): never with the key in them.
-        self.headers = requests.structures.CaseInsensitiveDict(
-            {name: redact_text(value, key) for name, value in raw.headers.items()}
-        )
+        self.headers = raw.headers
+        if key and any(key in value for value in raw.headers.values()):
+            self.headers = requests.structures.CaseInsensitiveDict(
+                {name: value.replace(key, REDACTED) for name, value in raw.headers.items()}
+            )
         self.body = body
 
     @property

@@ -122,9 +122,7 @@ class KeysetCursorPagination(BasePagination):
                 for key, value in zip(self.keys, raw, strict=True)
             )
             backwards = bool(document["b"])
-        except (ValueError, TypeError, KeyError, UnicodeError, binascii.Error):
-            raise self.invalid() from None
-        except DjangoValidationError:
+        except (ValueError, TypeError, KeyError, binascii.Error, DjangoValidationError):
             raise self.invalid() from None
         if any(value is None for value in values):
             raise self.invalid()

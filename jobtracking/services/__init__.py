@@ -7,12 +7,7 @@
 - `engine`: the worker's batched steps (start, record) and the extractor limits they enforce.
 """
 
-from jobtracking.services.creation import (
-    BulkOutcome,
-    job_create,
-    job_create_idempotent,
-    job_create_many,
-)
+from jobtracking.services.creation import job_create, job_create_idempotent, job_create_many
 from jobtracking.services.operations import (
     job_cancel,
     job_hand_back_expired_lease,
@@ -22,7 +17,6 @@ from jobtracking.services.operations import (
 from jobtracking.services.transitions import (
     SYSTEM,
     Actor,
-    BatchOutcome,
     Move,
     job_transition,
     jobs_transition,
@@ -31,8 +25,6 @@ from jobtracking.services.transitions import (
 __all__ = [
     "SYSTEM",
     "Actor",
-    "BatchOutcome",
-    "BulkOutcome",
     "Move",
     "job_cancel",
     "job_create",

@@ -126,6 +126,15 @@ def without_waiting(action: Callable[[], object]) -> object:
         return action()
 
 
+def insert_checking_keys_now(extractor) -> None:
+    """A job insert holding its key-share lock on the extractor row from the INSERT on. Django
+    defers foreign-key checks to COMMIT; checking them at once opens the window in which a
+    transition that locked the extractor row would have to wait."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    ExtractionJobFactory(extractor=extractor)
+
+
 def lease(job) -> Callable[[], object]:
     return lambda: job_transition(
         job_id=job.id, to_status="submitting", actor=Actor.system(), expected_from={"pending"}
@@ -135,8 +144,7 @@ def lease(job) -> Callable[[], object]:
 def test_a_transition_does_not_wait_on_a_job_insert_for_the_same_extractor():
     extractor = ExtractorFactory()
     job = ExtractionJobFactory(extractor=extractor)
-    # The open insert holds a key-share lock on the extractor row (its foreign key).
-    insert = Held(lambda: ExtractionJobFactory(extractor=extractor))
+    insert = Held(lambda: insert_checking_keys_now(extractor))
     try:
         moved = without_waiting(lease(job))
     finally:
