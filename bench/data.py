@@ -9,7 +9,7 @@ COMMON_COLUMNS = (
     "id, extractor_id, file_id, file_name, content_type, file_sha256, source_url, upload, "
     "options, metadata, attempt, submit_attempts, poll_count, poll_error_count, external_job_id, "
     "external_url, external_status, external_request_id, progress, error_message, "
-    "request_fingerprint, updated_at"
+    "request_fingerprint, updated_at, priority"
 )
 
 
@@ -18,7 +18,7 @@ def _common_values(name: str) -> str:
     return (
         "gen_random_uuid(), %s, %s || n, '" + name + "' || n || '.pdf', 'application/pdf', '', "
         "'https://files.example.org/' || n || '.pdf', '', '{}', '{}', 1, 1, 3, 0, 'ext-' || n, "
-        "'', '', '', 0, '', '', now()"
+        "'', '', '', 0, '', '', now(), n %% 3"
     )
 
 
@@ -38,7 +38,7 @@ def add_terminal_jobs(
     extractor_id: int, count: int, prefix: str, requested_by_id: int | None = None
 ) -> None:
     """`count` terminal jobs spread over the last 90 days (they have no due_at): mostly
-    succeeded, every tenth failed with an error code."""
+    succeeded, every tenth failed with an error code (a third of each priority)."""
     _insert(
         "status_id, error_code, created_at, completed_at, requested_by_id",
         "CASE WHEN n %% 10 = 0 THEN 'failed' ELSE 'succeeded' END, "
@@ -51,7 +51,7 @@ def add_terminal_jobs(
 
 
 def add_due_jobs(extractor_id: int, count: int, prefix: str) -> None:
-    """`count` pending jobs, all due now."""
+    """`count` pending jobs, all due now (a third of each priority)."""
     _insert(
         "status_id, error_code, created_at, due_at, deadline_at",
         "'pending', '', now(), now() - interval '1 second', now() + interval '1 hour'",

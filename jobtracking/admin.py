@@ -22,11 +22,12 @@ from jobtracking.models import (
     JobEvent,
     JobStatus,
     JobStatusChange,
+    Priority,
     WebhookDelivery,
     WebhookSubscription,
 )
 from jobtracking.selectors import VIEW_ALL, job_list, job_may_act
-from jobtracking.services import Actor, job_cancel, job_requeue
+from jobtracking.services import Actor, job_cancel, job_requeue, jobs_set_priority
 from jobtracking.webhooks import delivery_retry, subscription_secret
 
 STATUS_COLOURS = {
@@ -131,6 +132,12 @@ class EventInline(ReadOnlyInline):
 class JobActionForm(ActionForm):
     reason = forms.CharField(required=False, max_length=1000, help_text="Recorded in the history.")
     force = forms.BooleanField(required=False, label="Force (requeue succeeded jobs)")
+    priority = forms.ChoiceField(
+        required=False,
+        choices=[("", "Priority (keep)")] + [(p.code, p.label) for p in Priority],
+        label="Priority",
+        help_text="For Set priority, and for Requeue (default: keep).",
+    )
 
 
 class DateRangeFilter(admin.SimpleListFilter):
@@ -160,6 +167,11 @@ class CompletedFilter(DateRangeFilter):
     field = "completed_at"
 
 
+def _chosen_priority(request) -> Priority | None:
+    value = request.POST.get("priority", "")
+    return Priority.named(value) if value in {p.code for p in Priority} else None
+
+
 @admin.register(ExtractionJob)
 class ExtractionJobAdmin(ReadOnlyAdmin):
     list_display = [
@@ -167,12 +179,20 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         "file",
         "extractor",
         "coloured_status",
+        "priority",
         "attempt",
         "created_at",
         "turnaround",
         "error_code",
     ]
-    list_filter = ["status", "extractor", "error_code", CreatedFilter, CompletedFilter]
+    list_filter = [
+        "status",
+        "priority",
+        "extractor",
+        "error_code",
+        CreatedFilter,
+        CompletedFilter,
+    ]
     search_fields = ["file_id"]
     search_help_text = "A job id, file id or external id (exact), or the start of a file name."
     list_select_related = ["extractor"]
@@ -182,7 +202,7 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
     ordering = ["-created_at"]
     inlines = [StatusChangeInline, ResultInline, EventInline]
     action_form = JobActionForm
-    actions = ["requeue_selected", "cancel_selected", "export_csv"]
+    actions = ["requeue_selected", "cancel_selected", "set_priority", "export_csv"]
     readonly_fields = [f.name for f in ExtractionJob._meta.fields if f.name != "upload"]
     exclude = ["upload"]
 
@@ -249,12 +269,29 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
     @admin.action(description="Requeue selected jobs", permissions=["requeue"])
     def requeue_selected(self, request, queryset):
         force = bool(request.POST.get("force"))
+        priority = _chosen_priority(request)
         self._apply(
             request,
             queryset,
             "requeued",
-            lambda **kwargs: job_requeue(force=force, **kwargs),
+            lambda **kwargs: job_requeue(force=force, priority=priority, **kwargs),
         )
+
+    @admin.action(description="Set the priority of selected jobs", permissions=["requeue"])
+    def set_priority(self, request, queryset):
+        priority = _chosen_priority(request)
+        if priority is None:
+            self.message_user(request, "Choose a priority first.", messages.ERROR)
+            return
+
+        def act(*, job_id, actor, reason) -> None:
+            outcome = jobs_set_priority(
+                job_ids=[job_id], priority=priority, actor=actor, reason=reason
+            )
+            if job_id in outcome.refused:
+                raise outcome.refused[job_id]
+
+        self._apply(request, queryset, f"set to {priority.code}", act)
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_selected(self, request, queryset):

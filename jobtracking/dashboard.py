@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.admin_paging import EstimatedCountPaginator
-from jobtracking.models import ExtractionJob
-from jobtracking.selectors import VIEW_ALL
+from jobtracking.models import ExtractionJob, Priority
+from jobtracking.selectors import VIEW_ALL, queue_by_priority
 
 CHART_WIDTH, CHART_HEIGHT = 720, 160
 
@@ -94,6 +94,10 @@ def dashboard_view(request):
             .order_by("extractor__slug", "status")
         ),
         "oldest": list(active.select_related("extractor").order_by("created_at")[:10]),
+        "queue_by_priority": {
+            code: {**row, "value": Priority.named(code).value}
+            for code, row in queue_by_priority(ExtractionJob.objects.all()).items()
+        },
         "now": now,
     }
     return TemplateResponse(request, "admin/jobtracking/dashboard.html", context)

@@ -4,8 +4,9 @@ delivery whose retry is due. A new job wakes it at once (PostgreSQL `NOTIFY`, se
 `jobtracking.wakeup`); otherwise it looks every `JOBS_DISPATCH_IDLE_SECONDS`.
 
 Claiming uses `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL, so several dispatchers on several
-machines never claim the same job, and the query walks the partial index of active jobs' due_at,
-so its cost follows the number of due jobs, not the size of the table. On SQLite, where there is
+machines never claim the same job, and the queries walk a partial index of active jobs by
+(priority, requester, due_at), so their cost follows the number of due jobs and of clients, not
+the size of the table. On SQLite, where there is
 no row locking, run a single dispatcher.
 """
 
@@ -25,7 +26,14 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 
 from jobtracking import states
-from jobtracking.models import DeliveryState, ExtractionJob, WebhookDelivery
+from jobtracking.models import (
+    ACTIVE_STATUS,
+    REQUESTER_KEY,
+    DeliveryState,
+    ExtractionJob,
+    WebhookDelivery,
+)
+from jobtracking.priorities import round_robin, split
 from jobtracking.queue import enqueue_batch, enqueue_delivery
 from jobtracking.tasks import beat
 from jobtracking.wakeup import Listener
@@ -33,23 +41,65 @@ from jobtracking.wakeup import Listener
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_SECONDS = 5.0
+BACKPRESSURE_POLL_SECONDS = 0.05
 
 
 def claim_due_jobs(*, batch_size: int, lease: timedelta) -> list[UUID]:
-    """Claim up to `batch_size` due jobs (oldest due first), push their due_at a lease ahead and
-    mark them claimed, in one transaction; once it has committed, enqueue one task per
-    `JOBS_TASK_BATCH_SIZE` jobs of one extractor."""
+    """Claim up to `batch_size` due jobs, push their due_at a lease ahead and mark them claimed,
+    in one transaction; once it has committed, enqueue one task per `JOBS_TASK_BATCH_SIZE` jobs
+    of one extractor.
+
+    Which jobs: priority first, with the lower priorities' reserved share (`priorities.split`);
+    within a priority, the clients in turn, each one's jobs oldest due first."""
     now = timezone.now()
     with transaction.atomic():
-        due = ExtractionJob.objects.filter(status__in=sorted(states.ACTIVE), due_at__lte=now)
-        if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True)
-        rows = list(due.order_by("due_at").values_list("pk", "extractor_id")[:batch_size])
+        queues = defaultdict(list)
+        for priority, requester in active_queues():
+            due = ExtractionJob.objects.annotate(requester=REQUESTER_KEY).filter(
+                ACTIVE_STATUS, priority=priority, requester=requester, due_at__lte=now
+            )
+            if connection.features.has_select_for_update_skip_locked:
+                due = due.select_for_update(skip_locked=True, of=("self",))
+            if rows := list(due.order_by("due_at").values_list("pk", "extractor_id")[:batch_size]):
+                queues[priority].append(rows)
+        fair = {priority: round_robin(lists) for priority, lists in queues.items()}
+        grants = split(batch_size, {priority: len(rows) for priority, rows in fair.items()})
+        rows = [row for priority in sorted(fair) for row in fair[priority][: grants[priority]]]
         if rows:
             ids = [pk for pk, _ in rows]
             ExtractionJob.objects.filter(pk__in=ids).update(claimed_at=now, due_at=now + lease)
             transaction.on_commit(partial(enqueue_batches, rows))
     return [pk for pk, _ in rows]
+
+
+# The (priority, requester) pairs that have active jobs, by a skip scan of `job_due_fair_idx`:
+# each step finds the next pair with one index probe, so the cost follows the number of pairs
+# (a few clients times three priorities), not the number of jobs. A pair travels as one number,
+# priority * 2**32 + requester, because a scalar subquery returns one column.
+ACTIVE_QUEUES_SQL = """
+WITH RECURSIVE pairs(k) AS (
+    SELECT (SELECT priority * 4294967296 + COALESCE(requested_by_id, 0) FROM {table}
+            WHERE status_id IN ({active}) ORDER BY priority, COALESCE(requested_by_id, 0) LIMIT 1)
+  UNION ALL
+    SELECT (SELECT j.priority * 4294967296 + COALESCE(j.requested_by_id, 0) FROM {table} j
+            WHERE j.status_id IN ({active})
+              AND (j.priority, COALESCE(j.requested_by_id, 0)) > (k / 4294967296, k %% 4294967296)
+            ORDER BY j.priority, COALESCE(j.requested_by_id, 0) LIMIT 1)
+    FROM pairs WHERE k IS NOT NULL
+)
+SELECT k / 4294967296, k %% 4294967296 FROM pairs WHERE k IS NOT NULL
+"""
+
+
+def active_queues() -> list[tuple[int, int]]:
+    active = sorted(states.ACTIVE)
+    sql = ACTIVE_QUEUES_SQL.format(
+        table=connection.ops.quote_name(ExtractionJob._meta.db_table),
+        active=", ".join(["%s"] * len(active)),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, active * 2)
+        return [(int(priority), int(requester)) for priority, requester in cursor.fetchall()]
 
 
 def enqueue_batches(rows: list[tuple[UUID, int]]) -> None:
@@ -98,6 +148,7 @@ class Dispatcher:
         self.stopping = False
         self.claimed_total = 0
         self.last_beat = 0.0
+        self.held_back = False
 
     def stop(self, *_args) -> None:
         self.stopping = True
@@ -110,7 +161,11 @@ class Dispatcher:
         while not self.stopping:
             try:
                 claimed = self.tick()
-                if claimed < self.batch_size and listener.wait(self.idle):
+                if self.held_back:
+                    # Due work waits for room in the broker: look again as soon as a worker
+                    # could have taken a task.
+                    time.sleep(BACKPRESSURE_POLL_SECONDS)
+                elif claimed < self.batch_size and listener.wait(self.idle):
                     # Woken by a new job: let the jobs created alongside it join its batch.
                     time.sleep(self.gather)
                 failures = 0
@@ -125,12 +180,14 @@ class Dispatcher:
                 time.sleep(wait)
 
     def tick(self) -> int:
-        claimed = 0
-        # Back-pressure: claim no further ahead of the workers than a few batches. Claims beyond
-        # that would only wait in the broker, and expire (and be handed out again) if the wait
-        # outlasts their lease; new work would queue behind them.
-        if self.broker.queue_size() < settings.JOBS_DISPATCH_MAX_QUEUED_TASKS:
-            claimed = len(claim_due_jobs(batch_size=self.batch_size, lease=self.lease))
+        # Back-pressure: claim no further ahead of the workers than a few tasks. The broker runs
+        # its tasks in the order they came, so work claimed ahead would run before a more urgent
+        # job claimed after it; and it expires (and is handed out again) if the wait outlasts its
+        # lease.
+        room = settings.JOBS_DISPATCH_MAX_QUEUED_TASKS - self.broker.queue_size()
+        wanted = min(self.batch_size, max(0, room) * settings.JOBS_TASK_BATCH_SIZE)
+        claimed = len(claim_due_jobs(batch_size=wanted, lease=self.lease)) if wanted else 0
+        self.held_back = wanted < self.batch_size and (not wanted or claimed == wanted)
         claimed += len(claim_due_deliveries(batch_size=self.batch_size, lease=self.lease))
         self.claimed_total += claimed
         if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from jobtracking.models import ExtractionJob
+from jobtracking.models import ExtractionJob, Priority
 
 
 def _iso(value) -> str | None:
@@ -14,6 +14,7 @@ def job_event_payload(job: ExtractionJob) -> dict[str, Any]:
     return {
         "id": str(job.id),
         "status": job.status_id,
+        "priority": Priority(job.priority).code,
         "extractor": job.extractor.slug,
         "file_id": job.file_id,
         "file_name": job.file_name,

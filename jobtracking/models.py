@@ -2,6 +2,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from extraction.errors import ErrorCode
@@ -11,6 +12,9 @@ from jobtracking.ids import uuid7
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
 ACTIVE_STATUS = Q(status__in=sorted(states.ACTIVE))
+# Who asked for a job, as the dispatcher's fair share sees it: jobs created by the system (no
+# user) share one queue, user 0.
+REQUESTER_KEY = Coalesce("requested_by", models.Value(0), output_field=models.BigIntegerField())
 
 
 class JobStatus(models.Model):
@@ -35,6 +39,22 @@ class ActorType(models.TextChoices):
     ADMIN = "admin", "Admin"
     COMMAND = "command", "Command"
     SYSTEM = "system", "System"
+
+
+class Priority(models.IntegerChoices):
+    """Dispatch order: a lower value goes first (see `jobtracking.priorities`)."""
+
+    INTERACTIVE = 0, "Interactive"
+    NORMAL = 1, "Normal"
+    BULK = 2, "Bulk"
+
+    @classmethod
+    def named(cls, name: str) -> "Priority":
+        return cls[name.upper()]
+
+    @property
+    def code(self) -> str:
+        return self.name.lower()
 
 
 class ExtractionJob(models.Model):
@@ -68,6 +88,7 @@ class ExtractionJob(models.Model):
         related_name="extraction_jobs",
         db_index=False,
     )
+    priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
     # NULL, not "", for "no key": the per-user unique constraint skips NULLs.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     # SHA-256 of the creating request, to tell a replay from a reuse of the key.
@@ -138,9 +159,20 @@ class ExtractionJob(models.Model):
         indexes = [
             # Finding due work costs O(due jobs): only non-terminal rows are in this index.
             models.Index(fields=["due_at"], condition=ACTIVE_STATUS, name="job_due_active_idx"),
-            # The in-flight cap counts an extractor's active jobs by status.
+            # The dispatcher walks due work by priority and requester (see `dispatcher.py`).
             models.Index(
-                fields=["extractor", "status"], condition=ACTIVE_STATUS, name="job_active_idx"
+                "priority",
+                REQUESTER_KEY,
+                "due_at",
+                condition=ACTIVE_STATUS,
+                name="job_due_fair_idx",
+            ),
+            # The in-flight cap counts an extractor's active jobs by status and priority, and
+            # asks which priorities have jobs pending.
+            models.Index(
+                fields=["extractor", "status", "priority"],
+                condition=ACTIVE_STATUS,
+                name="job_active_idx",
             ),
             models.Index(fields=["status", "-created_at"], name="job_status_created_idx"),
             models.Index(fields=["extractor", "-created_at"], name="job_extractor_created_idx"),
@@ -382,15 +414,23 @@ class RateSlot(models.Model):
 
     SUBMIT = "submit"
     POLL = "poll"
+    # Each kind's rate is split in two lanes (see `jobtracking.priorities.submit_lanes`).
+    SHARED = "shared"
+    RESERVED = "reserved"
 
     extractor = models.ForeignKey(Extractor, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=10, choices=[(SUBMIT, "Submit"), (POLL, "Poll")])
+    lane = models.CharField(
+        max_length=10, choices=[(SHARED, "Shared"), (RESERVED, "Reserved")], default=SHARED
+    )
     next_free_at = models.DateTimeField()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["extractor", "kind"], name="rate_slot_per_kind")
+            models.UniqueConstraint(
+                fields=["extractor", "kind", "lane"], name="rate_slot_per_kind_lane"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.extractor_id} {self.kind}"
+        return f"{self.extractor_id} {self.kind} {self.lane}"

@@ -5,11 +5,11 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from jobtracking import states
-from jobtracking.models import ExtractionJob, JobEvent, ServiceHeartbeat
+from jobtracking.models import ACTIVE_STATUS, ExtractionJob, JobEvent, Priority, ServiceHeartbeat
 
 VIEW_ALL = "jobtracking.view_all_extractionjobs"
 MANAGE_ALL = "jobtracking.manage_all_extractionjobs"
@@ -56,7 +56,38 @@ def job_stats(*, jobs: QuerySet[ExtractionJob], window: timedelta) -> dict[str, 
         "completed": sum(finished.values()),
         "success_rate": finished.get(states.SUCCEEDED, 0) / judged if judged else None,
         "turnaround_seconds": _turnaround_percentiles(completed),
+        "queue_by_priority": queue_by_priority(jobs),
     }
+
+
+def queue_by_priority(jobs: QuerySet[ExtractionJob]) -> dict[str, dict[str, Any]]:
+    """For each priority, now: its active and pending jobs, those due and not yet claimed, and
+    how long the oldest of these has been due (the dispatcher's lag for that priority)."""
+    now = timezone.now()
+    due = Q(due_at__lte=now)
+    counts = (
+        jobs.filter(ACTIVE_STATUS)
+        .order_by()
+        .values_list("priority")
+        .annotate(
+            active=Count("pk"),
+            pending=Count("pk", filter=Q(status=states.PENDING)),
+            due=Count("pk", filter=due),
+            oldest=Min("due_at", filter=due),
+        )
+    )
+    rows = {priority: row for priority, *row in counts}
+    queue = {}
+    for priority in Priority:
+        active, pending, due_count, oldest = rows.get(priority, (0, 0, 0, None))
+        queue[priority.code] = {
+            "active": active,
+            "pending": pending,
+            "due": due_count,
+            "oldest_due_at": oldest,
+            "oldest_due_seconds": (now - oldest).total_seconds() if oldest else None,
+        }
+    return queue
 
 
 def _turnaround_percentiles(completed: QuerySet[ExtractionJob]) -> dict[str, float | None]:

@@ -148,10 +148,15 @@ STORAGES = {
 # django-q2 on the ORM broker. A task that outlives `retry` is handed to a second worker,
 # so `timeout` (the hard kill) must stay well below `retry`. Our tasks are short HTTP calls;
 # the job row's own counters, not the broker, limit attempts.
+Q_WORKERS = int(os.environ.get("Q_WORKERS", "2"))
 Q_CLUSTER = {
     "name": "jobtracking",
     "orm": "default",
-    "workers": int(os.environ.get("Q_WORKERS", "2")),
+    "workers": Q_WORKERS,
+    # Tasks a cluster takes from the broker ahead of its workers (django-q2's default is
+    # workers squared). Each is a batch of jobs that a more urgent job claimed after it would
+    # wait behind (see jobtracking.dispatcher).
+    "queue_limit": Q_WORKERS,
     "timeout": int(os.environ.get("Q_TIMEOUT", "60")),
     "retry": int(os.environ.get("Q_RETRY", "120")),
     "max_attempts": 3,
@@ -206,13 +211,16 @@ JOBS_DISPATCH_IDLE_SECONDS = float(os.environ.get("JOBS_DISPATCH_IDLE_SECONDS", 
 # Woken by a new job, the dispatcher waits this long so that jobs created with it share a batch.
 JOBS_DISPATCH_GATHER_SECONDS = float(os.environ.get("JOBS_DISPATCH_GATHER_SECONDS", "0.05"))
 # The dispatcher claims no more jobs while this many tasks wait in the broker.
-JOBS_DISPATCH_MAX_QUEUED_TASKS = int(os.environ.get("JOBS_DISPATCH_MAX_QUEUED_TASKS", "16"))
+JOBS_DISPATCH_MAX_QUEUED_TASKS = int(os.environ.get("JOBS_DISPATCH_MAX_QUEUED_TASKS", "2"))
 # Jobs of one extractor per task; the task makes all their extractor calls at once.
 JOBS_TASK_BATCH_SIZE = int(os.environ.get("JOBS_TASK_BATCH_SIZE", "25"))
 # A submission lease lasts the extractor's request timeout plus this margin.
 JOBS_SUBMIT_LEASE_MARGIN_SECONDS = float(os.environ.get("JOBS_SUBMIT_LEASE_MARGIN_SECONDS", "30"))
 # When an extractor's max_in_flight is reached, a pending job looks again after this long.
 JOBS_IN_FLIGHT_RETRY_SECONDS = float(os.environ.get("JOBS_IN_FLIGHT_RETRY_SECONDS", "1"))
+# Of each claim round, in-flight cap and submission rate, the share kept for priorities below
+# the highest one waiting, so that bulk work moves while interactive work goes first.
+JOBS_PRIORITY_RESERVED_SHARE = float(os.environ.get("JOBS_PRIORITY_RESERVED_SHARE", "0.1"))
 
 # Outbound URLs given by clients (source_url, webhooks) must be public unless named here.
 OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS")

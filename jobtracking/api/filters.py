@@ -9,7 +9,7 @@ from django_filters.fields import IsoDateTimeField
 
 from extraction.errors import ErrorCode
 from jobtracking import states
-from jobtracking.models import ExtractionJob, JobEvent
+from jobtracking.models import ExtractionJob, JobEvent, Priority
 
 
 class UtcIsoDateTimeField(IsoDateTimeField):
@@ -38,6 +38,9 @@ class JobFilterSet(django_filters.FilterSet):
         help_text="One or more statuses (repeat the parameter).",
     )
     extractor = django_filters.CharFilter(field_name="extractor__slug", help_text="Slug.")
+    priority = django_filters.ChoiceFilter(
+        choices=[(p.code, p.label) for p in Priority], method="filter_priority"
+    )
     file_id = django_filters.CharFilter()
     external_job_id = django_filters.CharFilter()
     error_code = django_filters.ChoiceFilter(choices=ErrorCode.choices)
@@ -56,6 +59,9 @@ class JobFilterSet(django_filters.FilterSet):
     class Meta:
         model = ExtractionJob
         fields = []
+
+    def filter_priority(self, queryset, name, value):
+        return queryset.filter(priority=Priority.named(value))
 
     def filter_search(self, queryset, name, value):
         # Exact matches and a prefix only: each uses an index even with millions of jobs.

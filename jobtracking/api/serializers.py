@@ -15,6 +15,7 @@ from jobtracking.models import (
     JobEvent,
     JobStatus,
     JobStatusChange,
+    Priority,
 )
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
@@ -55,8 +56,28 @@ def _seconds(start, end) -> float | None:
     return (end - start).total_seconds() if start and end else None
 
 
+class PriorityField(serializers.ChoiceField):
+    """A priority by name (`interactive`, `normal`, `bulk`); stored as its number."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(choices=[p.code for p in Priority], **kwargs)
+
+    def to_internal_value(self, data) -> Priority:
+        return Priority.named(super().to_internal_value(data))
+
+    def to_representation(self, value) -> str:
+        return Priority(value).code
+
+
+PRIORITY_HELP = (
+    "interactive (someone is waiting), normal (the default) or bulk (the default of bulk "
+    "creates). Higher priorities are dispatched first; lower ones keep a reserved share."
+)
+
+
 class ExtractionJobSerializer(serializers.ModelSerializer):
     status = serializers.CharField(source="status_id")
+    priority = PriorityField(read_only=True, help_text=PRIORITY_HELP)
     extractor = serializers.CharField(source="extractor.slug")
     requested_by = serializers.CharField(source="requested_by.username", default=None)
     has_upload = serializers.SerializerMethodField()
@@ -69,6 +90,7 @@ class ExtractionJobSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "status",
+            "priority",
             "extractor",
             "file_id",
             "file_name",
@@ -213,6 +235,16 @@ class JobStatusSerializer(serializers.ModelSerializer):
         fields = ["code", "label", "terminal", "description"]
 
 
+class PriorityQueueSerializer(serializers.Serializer):
+    active = serializers.IntegerField()
+    pending = serializers.IntegerField()
+    due = serializers.IntegerField(help_text="Due now and not yet handed to a worker.")
+    oldest_due_at = serializers.DateTimeField(allow_null=True)
+    oldest_due_seconds = serializers.FloatField(
+        allow_null=True, help_text="How long the oldest of those has been due."
+    )
+
+
 class StatsSerializer(serializers.Serializer):
     window_hours = serializers.FloatField()
     since = serializers.DateTimeField()
@@ -223,6 +255,9 @@ class StatsSerializer(serializers.Serializer):
     completed = serializers.IntegerField()
     success_rate = serializers.FloatField(allow_null=True)
     turnaround_seconds = serializers.DictField(child=serializers.FloatField(allow_null=True))
+    queue_by_priority = serializers.DictField(
+        child=PriorityQueueSerializer(), help_text="Now, whatever the window: by priority."
+    )
 
 
 # Input
@@ -301,6 +336,7 @@ class ExtractionJobCreateSerializer(serializers.Serializer):
     file = serializers.FileField(required=False, help_text="Multipart upload instead of a URL.")
     options = JsonObjectField(required=False, default=dict)
     metadata = JsonObjectField(required=False, default=dict)
+    priority = PriorityField(required=False, help_text=PRIORITY_HELP)
 
     def validate_extractor(self, extractor: Extractor) -> Extractor:
         if not extractor.enabled:
@@ -385,4 +421,7 @@ class JobActionSerializer(serializers.Serializer):
 class JobRequeueSerializer(JobActionSerializer):
     force = serializers.BooleanField(
         default=False, help_text="Required to requeue a succeeded job."
+    )
+    priority = PriorityField(
+        required=False, help_text="The new attempt's priority (default: the job's own)."
     )

@@ -244,9 +244,7 @@ class ExtractionJobViewSet(
         """Run a terminal job again as a new attempt; a succeeded job needs `force`."""
         job = self.get_actionable_object()
         data = validated(JobRequeueSerializer, request)
-        job = job_requeue(
-            job_id=job.pk, actor=api_actor(request), reason=data["reason"], force=data["force"]
-        )
+        job = job_requeue(job_id=job.pk, actor=api_actor(request), **data)
         return Response(ExtractionJobSerializer(job).data)
 
 

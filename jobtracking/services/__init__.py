@@ -13,6 +13,7 @@ from jobtracking.services.operations import (
     job_hand_back_expired_lease,
     job_requeue,
     job_time_out,
+    jobs_set_priority,
 )
 from jobtracking.services.transitions import (
     SYSTEM,
@@ -34,5 +35,6 @@ __all__ = [
     "job_requeue",
     "job_time_out",
     "job_transition",
+    "jobs_set_priority",
     "jobs_transition",
 ]

@@ -22,7 +22,7 @@ from jobtracking.errors import (
     JobValidationError,
 )
 from jobtracking.events import job_event_payload
-from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
+from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
 from jobtracking.services.transitions import Actor, active_job_error
 from jobtracking.wakeup import notify_due
 from jobtracking.webhooks import deliveries_fan_out
@@ -70,6 +70,7 @@ def job_create(
     idempotency_key: str | None = None,
     request_fingerprint: str = "",
     reason: str = "",
+    priority: Priority = Priority.NORMAL,
 ) -> ExtractionJob:
     """Create a `pending` job due now, with its `job.created` audit row and event.
 
@@ -100,6 +101,7 @@ def job_create(
         options=options,
         metadata=metadata,
         requested_by=actor.user,
+        priority=priority,
         idempotency_key=idempotency_key,
         request_fingerprint=request_fingerprint,
         created_at=now,
@@ -166,7 +168,9 @@ def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOu
     transaction and a handful of queries: one read of conflicting active jobs, then one insert
     each for jobs, audit rows and events. Items that conflict with an active job (stored or
     earlier in the batch) get an `ActiveJobExistsError` outcome; the others are created. The
-    dispatcher picks the new jobs up (they are due now) within about a second."""
+    dispatcher picks the new jobs up (they are due now) within about a second. Items without a
+    priority are `bulk`."""
+    items = [{"priority": Priority.BULK, **item} for item in items]
     now = timezone.now()
     keys = {(item["extractor"].pk, item["file_id"]) for item in items}
     active = {

@@ -20,7 +20,7 @@ and kind (submit, poll): each reservation hands out evenly spaced call times (no
 import hashlib
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,13 +31,15 @@ from uuid import UUID
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
-from jobtracking.models import ExtractionJob, ExtractionResult, RateSlot
+from jobtracking.models import ExtractionJob, ExtractionResult, Priority, RateSlot
+from jobtracking.priorities import lane_rate, pending_priorities, split, submit_lanes
 from jobtracking.queue import enqueue_cancel_at_extractor
 from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
 from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
@@ -80,7 +82,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
         now = timezone.now()
         moves = [Move(job.pk, None, prepare=_release_claim) for job in jobs]
         to_lease, to_poll = defaultdict(list), defaultdict(list)
-        handed_back: defaultdict[int, int] = defaultdict(int)
+        handed_back: Counter[tuple[int, int]] = Counter()
         for job in jobs:
             if job.deadline_at and job.deadline_at <= now:
                 moves.append(_time_out_move(job))
@@ -88,7 +90,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
                 if job.lease_expires_at and job.lease_expires_at > now:
                     continue  # a live lease: its worker is still on it
                 moves.append(_hand_back_move(job))
-                handed_back[job.extractor_id] += 1
+                handed_back[job.extractor_id, job.priority] += 1
                 to_lease[job.extractor].append(job)
             elif job.status_id == states.PENDING:
                 to_lease[job.extractor].append(job)
@@ -96,14 +98,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
                 to_poll[job.extractor].append(job)
         started = StartedBatch()
         for extractor, candidates in to_lease.items():
-            room = _in_flight_room(extractor, len(candidates), handed_back[extractor.pk])
-            slots, free_at = reserve_slots(extractor, RateSlot.SUBMIT, room, now)
-            for job, at in zip(candidates, slots, strict=False):
-                moves.append(_lease_move(job, extractor, now))
-                started.submits.append(Planned(job, at))
-            # Left over by the in-flight cap (all `room` had slots) or by the rate limit.
-            wait_until = now + _in_flight_wait() if len(slots) == room else free_at
-            moves += [_defer_move(job, wait_until) for job in candidates[len(slots) :]]
+            moves += _lease_moves(extractor, candidates, handed_back, now, started)
         for extractor, candidates in to_poll.items():
             slots, free_at = reserve_slots(extractor, RateSlot.POLL, len(candidates), now)
             started.polls += [Planned(job, at) for job, at in zip(candidates, slots, strict=False)]
@@ -112,6 +107,38 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
     started.submits = [p for p in started.submits if p.job.pk not in outcome.refused]
     started.polls = [p for p in started.polls if p.job.pk not in outcome.refused]
     return started
+
+
+def _lease_moves(
+    extractor: Extractor,
+    candidates: list[ExtractionJob],
+    handed_back: Counter[tuple[int, int]],
+    now: datetime,
+    started: StartedBatch,
+) -> list[Move]:
+    """Leases for as many candidates as the extractor's in-flight cap and submission rate allow,
+    priority by priority (`jobtracking.priorities`); the others are deferred."""
+    by_priority = defaultdict(list)
+    for job in candidates:
+        by_priority[job.priority].append(job)
+    waiting = set(by_priority)
+    if extractor.max_in_flight or extractor.rate_limit(RateSlot.SUBMIT):
+        waiting |= pending_priorities(extractor)
+    wanted = {priority: len(jobs) for priority, jobs in by_priority.items()}
+    back = {p: handed_back[extractor.pk, p] for p in wanted}
+    rooms = _in_flight_rooms(extractor, wanted, back, waiting)
+    moves = []
+    for priority, jobs in sorted(by_priority.items()):
+        room = rooms[priority]
+        lanes = submit_lanes(priority, waiting)
+        slots, free_at = reserve_slots(extractor, RateSlot.SUBMIT, room, now, lanes)
+        for job, at in zip(jobs, slots, strict=False):
+            moves.append(_lease_move(job, extractor, now))
+            started.submits.append(Planned(job, at))
+        # Left over by the in-flight cap (all `room` had slots) or by the rate limit.
+        wait_until = now + _in_flight_wait() if len(slots) == room else free_at
+        moves += [_defer_move(job, wait_until) for job in jobs[len(slots) :]]
+    return moves
 
 
 def _release_claim(job: ExtractionJob) -> None:
@@ -166,44 +193,75 @@ def _in_flight_wait() -> timedelta:
     return timedelta(seconds=settings.JOBS_IN_FLIGHT_RETRY_SECONDS)
 
 
-def _in_flight_room(extractor: Extractor, wanted: int, handed_back: int) -> int:
-    """How many of `wanted` jobs may take a lease under the extractor's `max_in_flight`."""
+def _in_flight_rooms(
+    extractor: Extractor, wanted: dict[int, int], handed_back: dict[int, int], waiting: set[int]
+) -> dict[int, int]:
+    """How many jobs of each priority may take a lease under the extractor's `max_in_flight`:
+    the cap is split between the priorities in flight or waiting (`priorities.split`)."""
     if not extractor.max_in_flight:
-        return wanted
+        return dict(wanted)
     if connection.vendor == "postgresql":
         # Held to the end of this transaction: two lease steps for one extractor count in turn.
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [IN_FLIGHT_LOCK, extractor.pk])
-    running = ExtractionJob.objects.filter(extractor=extractor, status__in=IN_FLIGHT).count()
+    in_flight = ExtractionJob.objects.filter(extractor=extractor, status__in=IN_FLIGHT)
+    running = Counter(dict(in_flight.order_by().values_list("priority").annotate(Count("pk"))))
     # Jobs handed back in this same step are still counted as submitting.
-    return max(0, min(wanted, extractor.max_in_flight - running + handed_back))
+    running.subtract(handed_back)
+    cap = extractor.max_in_flight
+    shares = split(cap, {p: running[p] + (cap if p in waiting else 0) for p in Priority.values})
+    free = cap - sum(running.values())
+    rooms = {}
+    for priority in sorted(wanted):
+        rooms[priority] = max(0, min(wanted[priority], shares[priority] - running[priority], free))
+        free -= rooms[priority]
+    return rooms
 
 
 def reserve_slots(
-    extractor: Extractor, kind: str, wanted: int, now: datetime
+    extractor: Extractor,
+    kind: str,
+    wanted: int,
+    now: datetime,
+    lanes: tuple[str, ...] = (RateSlot.SHARED, RateSlot.RESERVED),
 ) -> tuple[list[datetime], datetime]:
-    """Call times for up to `wanted` calls of `kind` under the extractor's rate, spaced 1/rate
-    apart and no later than `HORIZON` from now; and when the next slot after them is free.
-    Without a rate limit every call may go now. Call inside a transaction."""
+    """Call times for up to `wanted` calls of `kind` under the extractor's rate, booked from
+    `lanes` in turn (each carries its share of the rate, `priorities.lane_rate`), spaced evenly
+    within a lane and no later than `HORIZON` from now; and when the next slot after them is
+    free. Without a rate limit every call may go now. Call inside a transaction."""
     rate = extractor.rate_limit(kind)
     if not rate or not wanted:
         return [now] * wanted, now
-    slot = _locked_slot(extractor, kind, now)
+    slots, frees = [], []
+    for lane in lanes:
+        if rate_of_lane := lane_rate(rate, lane):
+            booked, free_at = _book(extractor, kind, lane, rate_of_lane, wanted - len(slots), now)
+            slots += booked
+            frees.append(free_at)
+    # A lane with no share of the rate (JOBS_PRIORITY_RESERVED_SHARE=0) never frees up.
+    return sorted(slots), min(frees, default=now + _in_flight_wait())
+
+
+def _book(
+    extractor: Extractor, kind: str, lane: str, rate: float, wanted: int, now: datetime
+) -> tuple[list[datetime], datetime]:
+    slot = _locked_slot(extractor, kind, lane, now)
     start = max(slot.next_free_at, now)
     interval = timedelta(seconds=1 / rate)
     room = math.floor((now + HORIZON - start) / interval) + 1 if start <= now + HORIZON else 0
     granted = max(0, min(wanted, room))
-    slot.next_free_at = start + granted * interval
-    slot.save(update_fields=["next_free_at"])
-    return [start + n * interval for n in range(granted)], slot.next_free_at
+    if granted:
+        slot.next_free_at = start + granted * interval
+        slot.save(update_fields=["next_free_at"])
+    return [start + n * interval for n in range(granted)], max(slot.next_free_at, now)
 
 
-def _locked_slot(extractor: Extractor, kind: str, now: datetime) -> RateSlot:
-    slots = RateSlot.objects.select_for_update().filter(extractor=extractor, kind=kind)
+def _locked_slot(extractor: Extractor, kind: str, lane: str, now: datetime) -> RateSlot:
+    slots = RateSlot.objects.select_for_update().filter(extractor=extractor, kind=kind, lane=lane)
     slot = slots.first()
     if slot is None:
         RateSlot.objects.get_or_create(
-            extractor=extractor, kind=kind, defaults={"next_free_at": now}
+            extractor=extractor, kind=kind, lane=lane, defaults={"next_free_at": now}
         )
         slot = slots.get()
     return slot

@@ -1,6 +1,7 @@
 """What people and housekeeping do to a job: requeue, cancel, time out, hand back a dead
 worker's lease. Each is one transition through `job_transition`."""
 
+from collections.abc import Collection
 from functools import partial
 from uuid import UUID
 
@@ -10,9 +11,16 @@ from django.utils import timezone
 from extraction.errors import ErrorCode
 from jobtracking import states
 from jobtracking.errors import ExtractorDisabledError, JobMovedOnError
-from jobtracking.models import ExtractionJob
+from jobtracking.models import ExtractionJob, Priority
 from jobtracking.queue import enqueue_cancel_at_extractor
-from jobtracking.services.transitions import SYSTEM, Actor, job_transition
+from jobtracking.services.transitions import (
+    SYSTEM,
+    Actor,
+    BatchOutcome,
+    Move,
+    job_transition,
+    jobs_transition,
+)
 from jobtracking.wakeup import notify_due
 
 
@@ -30,17 +38,24 @@ def _reset_for_new_attempt(job: ExtractionJob) -> None:
 
 
 def job_requeue(
-    *, job_id: UUID | str, actor: Actor, reason: str = "", force: bool = False
+    *,
+    job_id: UUID | str,
+    actor: Actor,
+    reason: str = "",
+    force: bool = False,
+    priority: Priority | None = None,
 ) -> ExtractionJob:
     """Send a terminal job back to `pending` as a new attempt (attempt + 1, counters and
-    external ids reset, a fresh deadline), due at once. A `succeeded` job needs `force`. Earlier
-    attempts' history and results stay. Refused while another active job exists for the same
-    file."""
+    external ids reset, a fresh deadline), due at once, at `priority` if given. A `succeeded`
+    job needs `force`. Earlier attempts' history and results stay. Refused while another active
+    job exists for the same file."""
 
     def prepare(job: ExtractionJob) -> None:
         if not job.extractor.enabled:
             raise ExtractorDisabledError(f"Extractor {job.extractor.slug} is disabled.")
         _reset_for_new_attempt(job)
+        if priority is not None:
+            job.priority = priority
 
     with transaction.atomic():
         job = job_transition(
@@ -48,11 +63,41 @@ def job_requeue(
             to_status=states.PENDING,
             actor=actor,
             reason=reason,
+            details={"priority": Priority(priority).code} if priority is not None else None,
             force=force,
             prepare=prepare,
         )
         notify_due()
     return job
+
+
+def jobs_set_priority(
+    *, job_ids: Collection[UUID], priority: Priority, actor: Actor, reason: str = ""
+) -> BatchOutcome:
+    """Change the priority of active jobs in one transaction, each change an audit row (the
+    status unchanged). A terminal job is refused: nothing of it is left to dispatch."""
+    priority = Priority(priority)
+    moves = [_priority_move(pk, priority, reason) for pk in job_ids]
+    with transaction.atomic():
+        return jobs_transition(moves, actor=actor)
+
+
+def _priority_move(job_id: UUID, priority: Priority, reason: str) -> Move:
+    details = {"priority_to": priority.code}
+
+    def change(job: ExtractionJob) -> None:
+        details["priority_from"] = Priority(job.priority).code
+        job.priority = priority
+
+    return Move(
+        job_id,
+        None,
+        expected_from=states.ACTIVE,
+        reason=reason or f"Priority set to {priority.code}",
+        details=details,
+        prepare=change,
+        audited=True,
+    )
 
 
 def cancel_remote_on_commit(job: ExtractionJob) -> None:

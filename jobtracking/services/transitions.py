@@ -38,6 +38,7 @@ from jobtracking.webhooks import deliveries_fan_out
 # What a move may change on a job; the UPDATE writes those that did change in the batch.
 MUTABLE_FIELDS = (
     "status_id",
+    "priority",
     "attempt",
     "submit_attempts",
     "poll_count",
@@ -84,7 +85,8 @@ SYSTEM = Actor.system()
 @dataclass
 class Move:
     """One change of one job. `to_status=None` changes fields in place (counters, due times) with
-    no audit row; it is still refused when the job left `expected_from`.
+    no audit row unless `audited` (a change people make, such as the priority, is recorded with
+    the status unchanged); it is still refused when the job left `expected_from`.
 
     `prepare` mutates the locked job; it raises an `ApplicationError` to refuse the move, and
     must do so before it changes anything. `on_commit` runs once the transaction has committed.
@@ -98,6 +100,7 @@ class Move:
     force: bool = False
     prepare: Callable[[ExtractionJob], None] | None = None
     on_commit: Callable[[], None] | None = None
+    audited: bool = False
 
 
 @dataclass
@@ -161,6 +164,8 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
         if move.on_commit is not None:
             transaction.on_commit(move.on_commit)
         if move.to_status is None:
+            if move.audited:
+                changes.append(_audit_row(job, from_status, actor, move, now))
             continue
         _stamp(job, move.to_status, now)
         reactivated = reactivated or from_status in states.TERMINAL

@@ -176,7 +176,8 @@ def test_the_in_flight_cap_leases_only_the_room_left_and_defers_the_rest(
 # Rate slots
 
 
-def test_rate_slots_are_evenly_spaced_shared_and_never_more_than_the_horizon_ahead():
+def test_rate_slots_are_evenly_spaced_shared_and_never_more_than_the_horizon_ahead(settings):
+    settings.JOBS_PRIORITY_RESERVED_SHARE = 0  # one lane: the lanes are tested with priorities
     extractor = ExtractorFactory(submit_rate=10)
     now = timezone.now()
     slots, free_at = reserve_slots(extractor, RateSlot.SUBMIT, 30, now)
@@ -198,7 +199,10 @@ def test_azure_extractors_default_to_the_services_limits():
     assert ExtractorFactory().rate_limit("poll") == 0
 
 
-def test_a_batch_beyond_its_rate_defers_the_rest_until_a_slot_is_free(sandbox, sandbox_extractor):
+def test_a_batch_beyond_its_rate_defers_the_rest_until_a_slot_is_free(
+    settings, sandbox, sandbox_extractor
+):
+    settings.JOBS_PRIORITY_RESERVED_SHARE = 0
     sandbox_extractor.submit_rate = 2
     sandbox_extractor.save()
     jobs = url_jobs(sandbox_extractor, 6, sandbox)

@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand
 
 from jobtracking.errors import ApplicationError, ForceRequiredError, InvalidTransitionError
 from jobtracking.management.selection import add_filter_arguments, run_per_job
+from jobtracking.models import Priority
 from jobtracking.services import Actor, job_requeue
 
 
@@ -14,15 +15,25 @@ class Command(BaseCommand):
         add_filter_arguments(parser)
         parser.add_argument("--reason", default="", help="Recorded on every audit row.")
         parser.add_argument("--force", action="store_true", help="Also requeue succeeded jobs.")
+        parser.add_argument(
+            "--priority",
+            choices=[p.code for p in Priority],
+            help="The new attempts' priority (default: each job's own).",
+        )
 
     def handle(self, *args, **options):
         actor = Actor.command()
+        priority = Priority.named(options["priority"]) if options["priority"] else None
         run_per_job(
             self,
             options,
             "requeued",
             lambda job_id: job_requeue(
-                job_id=job_id, actor=actor, reason=options["reason"], force=options["force"]
+                job_id=job_id,
+                actor=actor,
+                reason=options["reason"],
+                force=options["force"],
+                priority=priority,
             ),
             # Without --force a succeeded job is skipped, as is one that is active again.
             moved_on=(ForceRequiredError, InvalidTransitionError),
