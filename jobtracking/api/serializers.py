@@ -61,6 +61,9 @@ class PriorityField(serializers.ChoiceField):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(choices=[p.code for p in Priority], **kwargs)
+        self.error_messages["invalid_choice"] = (
+            '"{input}" is not a priority: use interactive, normal or bulk.'
+        )
 
     def to_internal_value(self, data) -> Priority:
         return Priority.named(super().to_internal_value(data))

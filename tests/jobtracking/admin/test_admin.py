@@ -118,6 +118,24 @@ def test_requeue_action_records_the_admin_and_reason(fleet, client):
     assert ExtractionJob.objects.get(pk=fleet["failed"].pk).status_id == "pending"
 
 
+def test_set_priority_action_changes_active_jobs_and_records_it(fleet, client):
+    user = staff(*OPERATOR, "requeue_extractionjob")
+    client.force_login(user)
+    ids = [fleet["pending"].pk, fleet["failed"].pk]
+    page = client.post(
+        JOBS,
+        {"action": "set_priority", "_selected_action": ids, "priority": "interactive"},
+        follow=True,
+    ).content.decode()
+    assert "1 job(s) set to interactive" in page and "1 refused" in page
+    assert ExtractionJob.objects.get(pk=fleet["pending"].pk).priority == 0
+    change = JobStatusChange.objects.get(job=fleet["pending"])
+    assert (change.actor, change.details["priority_to"]) == (user, "interactive")
+    filtered = client.get(JOBS, {"priority__exact": 0}).content.decode()
+    assert str(fleet["pending"].pk)[-12:] in filtered
+    assert str(fleet["failed"].pk)[-12:] not in filtered
+
+
 def test_requeue_of_succeeded_needs_force_and_reports_refusals(root_client, fleet):
     ids = [fleet["succeeded"].pk]
     response = root_client.post(

@@ -208,3 +208,36 @@ def test_bulk_create_refuses_more_than_the_limit(api, extractor):
     )
     assert "jobs" in problem["errors"]
     assert not ExtractionJob.objects.exists()
+
+
+# Priority
+
+
+def test_priority_is_set_at_creation_and_defaults_to_normal(api, extractor):
+    urgent = api.post(URL, body(priority="interactive"), format="json")
+    assert urgent.status_code == 201 and urgent.json()["priority"] == "interactive"
+    assert ExtractionJob.objects.get(pk=urgent.json()["id"]).priority == 0
+    plain = api.post(URL, body(file_id="file-2"), format="json").json()
+    assert plain["priority"] == "normal"
+
+
+def test_an_unknown_priority_is_refused_naming_the_choices(api, extractor):
+    problem = assert_problem(
+        api.post(URL, body(priority="urgent"), format="json"), 400, "validation_error"
+    )
+    assert "interactive" in str(problem["errors"]["priority"])
+    assert not ExtractionJob.objects.exists()
+
+
+def test_bulk_creates_default_to_bulk_priority_unless_an_item_says(api, extractor):
+    items = [body(file_id="b-1"), body(file_id="b-2", priority="interactive")]
+    results = api.post(URL + "bulk/", {"jobs": items}, format="json").json()["results"]
+    assert [item["job"]["priority"] for item in results] == ["bulk", "interactive"]
+
+
+def test_jobs_filter_by_priority(api, owner, extractor):
+    ExtractionJobFactory(requested_by=owner, priority=2, file_id="slow")
+    ExtractionJobFactory(requested_by=owner, priority=0, file_id="fast")
+    listed = api.get(URL, {"priority": "bulk"}).json()["results"]
+    assert [job["file_id"] for job in listed] == ["slow"]
+    assert_problem(api.get(URL, {"priority": "soon"}), 400, "validation_error")

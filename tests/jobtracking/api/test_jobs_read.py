@@ -394,3 +394,15 @@ def test_view_all_does_not_let_a_client_act_on_another_clients_job(owner, action
         service_account("manager", "view_all_extractionjobs", "manage_all_extractionjobs")
     )
     assert manager.post(f"{URL}{job.pk}/{action}/", {}, format="json").status_code == 200
+
+
+def test_requeue_may_set_the_new_attempts_priority(api, jobs):
+    url = f"{URL}{jobs['failed'].pk}/requeue/"
+    data = api.post(url, {"priority": "interactive"}, format="json").json()
+    assert (data["attempt"], data["priority"]) == (2, "interactive")
+
+
+def test_stats_report_the_queue_by_priority(api, jobs):
+    queue = api.get("/api/v1/stats/").json()["queue_by_priority"]
+    assert set(queue) == {"interactive", "normal", "bulk"}
+    assert queue["normal"]["active"] >= 1 and "oldest_due_seconds" in queue["bulk"]
