@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from jobtracking.api import errors
+from jobtracking.api import errors, problems
 from jobtracking.api.views import HealthzView, MetricsView, ReadyzView
 from jobtracking.dashboard import dashboard_view
 
@@ -10,6 +10,8 @@ urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="jobs-dashboard"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("jobtracking.api.urls")),
+    path("api/problems/", problems.problem_index, name="problems"),
+    path("api/problems/<slug:code>", problems.problem_page, name="problem"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("healthz", HealthzView.as_view(), name="healthz"),

@@ -9,10 +9,21 @@ from tests.processes import answers, free_port, start_command, stop, wait_until
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    """Throttles and failed-authentication counts live in the cache: none carries over."""
+    """Throttles and failed-authentication counts live in the cache, tokens and extractors in
+    the process's recent lookups: none carries over."""
     cache.clear()
+    recent_lookups_clear()
     yield
     cache.clear()
+    recent_lookups_clear()
+
+
+def recent_lookups_clear() -> None:
+    from jobtracking.api.auth import RECENT_TOKENS
+    from jobtracking.api.serializers import RECENT_EXTRACTORS
+
+    RECENT_TOKENS.clear()
+    RECENT_EXTRACTORS.clear()
 
 
 @pytest.fixture

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "jobtracking.api.errors.ApiProblemMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -235,6 +236,9 @@ JOBS_UPLOAD_CONTENT_TYPES = env_list(
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
 )
 JOBS_BULK_MAX = int(os.environ.get("JOBS_BULK_MAX", "500"))
+# How long a web process remembers a token (with its user's permissions) and an extractor; a
+# revoked token or a disabled extractor takes effect within this time (0 turns it off).
+API_LOOKUP_CACHE_SECONDS = float(os.environ.get("API_LOOKUP_CACHE_SECONDS", "10"))
 # The event feed hides events younger than this, so that a consumer paging by id does not skip
 # an event whose transaction commits after a later id's.
 JOBS_EVENT_FEED_SETTLE_SECONDS = float(os.environ.get("JOBS_EVENT_FEED_SETTLE_SECONDS", "1"))

@@ -13,6 +13,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from jobtracking.models import ApiToken
+from jobtracking.recent import Recent
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,17 @@ def _refuse(request, reason: str) -> exceptions.AuthenticationFailed:
     return exceptions.AuthenticationFailed(reason)
 
 
+# Tokens with their user, whose permission caches then serve the following requests too.
+RECENT_TOKENS = Recent()
+
+
+def _load_token(digest: str) -> ApiToken | None:
+    token = ApiToken.objects.select_related("user").filter(key_hash=digest).first()
+    if token is not None:
+        token.user.get_all_permissions()  # fills the user's permission caches once
+    return token
+
+
 class HashedTokenAuthentication(BaseAuthentication):
     """Also the brute-force brake: an address with `API_AUTH_FAILURE_LIMIT` failed attempts in
     the window gets 429 for any token, right or wrong, until the window ends."""
@@ -73,11 +85,13 @@ class HashedTokenAuthentication(BaseAuthentication):
             key = parts[1].decode()
         except UnicodeDecodeError:
             raise _refuse(request, "Malformed token.") from None
-        token = ApiToken.objects.select_related("user").filter(key_hash=hash_key(key)).first()
+        digest = hash_key(key)
+        token = RECENT_TOKENS.get(digest, lambda: _load_token(digest))
         if token is None or not token.user.is_active:
             raise _refuse(request, "Invalid token.")
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            token.last_used_at = now
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token
 

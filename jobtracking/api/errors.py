@@ -4,17 +4,19 @@ stable machine `code` and, for validation, field-level `errors`."""
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from jobtracking.errors import ApplicationError, JobValidationError
+from jobtracking.api.problems import problem_type
+from jobtracking.errors import ApplicationError, ForceRequiredError, JobValidationError
 
 logger = logging.getLogger(__name__)
 
-PROBLEM_TYPE = "https://fluxx.example/problems/"
 TITLES = {
     400: "Bad request",
     401: "Authentication required",
@@ -35,7 +37,7 @@ def problem_body(status_code: int, code: str, detail: str, **extra: Any) -> dict
     # The standard members come last so that no extra member can replace them.
     return {
         **extra,
-        "type": PROBLEM_TYPE + code,
+        "type": problem_type(code),
         "title": TITLES.get(status_code, "Error"),
         "status": status_code,
         "code": code,
@@ -52,10 +54,14 @@ def problem(status_code: int, code: str, detail: str, headers=None, **extra: Any
     )
 
 
-def _field_errors(detail: Any) -> dict[str, Any]:
-    if isinstance(detail, dict):
-        return detail
-    return {"non_field_errors": detail if isinstance(detail, list) else [detail]}
+def field_errors(detail: Any) -> dict[str, list]:
+    """Always {field: [messages]}."""
+    if not isinstance(detail, dict):
+        detail = {"non_field_errors": detail}
+    return {
+        field: messages if isinstance(messages, list) else [messages]
+        for field, messages in detail.items()
+    }
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -70,7 +76,10 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
 
 def _problem_for(exc: Exception) -> Response | None:
     if isinstance(exc, JobValidationError):
-        return problem(400, exc.code, exc.message, errors=exc.fields)
+        return problem(400, exc.code, exc.message, errors=field_errors(exc.fields))
+    if isinstance(exc, ForceRequiredError):
+        detail = f'{exc.message} Send "force": true to requeue it anyway.'
+        return problem(exc.http_status, exc.code, detail, **exc.extra)
     if isinstance(exc, ApplicationError):
         return problem(exc.http_status, exc.code, exc.message, **exc.extra)
     if isinstance(exc, Http404):
@@ -79,7 +88,7 @@ def _problem_for(exc: Exception) -> Response | None:
         exc = exceptions.PermissionDenied()
     if isinstance(exc, exceptions.ValidationError):
         return problem(
-            400, "validation_error", "The request is invalid.", errors=_field_errors(exc.detail)
+            400, "validation_error", "The request is invalid.", errors=field_errors(exc.detail)
         )
     if isinstance(exc, exceptions.APIException):
         headers = {}
@@ -109,3 +118,53 @@ def server_error(request, *args, **kwargs):
     return json_error_view(
         status.HTTP_500_INTERNAL_SERVER_ERROR, "server_error", "Something went wrong on our side."
     )(request)
+
+
+# What Django's own error pages mean, as problem codes.
+STATUS_CODES = {
+    400: "bad_request",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+}
+
+
+class ApiProblemMiddleware:
+    """Every `/api/` error answer is problem+json, including the ones Django writes itself: an
+    unknown route or id with DEBUG on, a body over `DATA_UPLOAD_MAX_MEMORY_SIZE` (413), a CSRF
+    refusal."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        content_type = response.get("Content-Type", "")
+        if (
+            request.path.startswith("/api/")
+            and response.status_code >= 400
+            and not content_type.startswith(("application/problem+json", "application/json"))
+        ):
+            status_code = response.status_code
+            code = STATUS_CODES.get(
+                status_code, "server_error" if status_code >= 500 else "bad_request"
+            )
+            detail = TITLES.get(status_code, "Error") + "."
+            return json_error_view(status_code, code, detail)(request)
+        return response
+
+    def process_exception(self, request, exception):
+        if request.path.startswith("/api/") and isinstance(exception, RequestDataTooBig):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            return JsonResponse(
+                problem_body(
+                    413,
+                    "payload_too_large",
+                    f"Bodies are limited to {limit} bytes (uploads: use multipart).",
+                    limit=limit,
+                ),
+                status=413,
+                content_type="application/problem+json",
+            )
+        return None

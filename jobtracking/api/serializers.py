@@ -1,6 +1,7 @@
 import functools
 import hashlib
 import json
+import mimetypes
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from jobtracking.models import (
     JobStatusChange,
     Priority,
 )
+from jobtracking.recent import Recent
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
 # Output
@@ -122,6 +124,15 @@ class ExtractionJobSerializer(serializers.ModelSerializer):
             "links",
         ]
 
+    def _jobs_url(self) -> str:
+        """The jobs URL, absolute when the request is known; built once per response (reverse()
+        per job is a large share of a bulk response)."""
+        root = self.root
+        if not hasattr(root, "jobs_url"):
+            request = self.context.get("request")
+            root.jobs_url = request.build_absolute_uri(jobs_path()) if request else jobs_path()
+        return root.jobs_url
+
     def get_has_upload(self, job: ExtractionJob) -> bool:
         return bool(job.upload)
 
@@ -139,8 +150,7 @@ class ExtractionJobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(LinksSerializer)
     def get_links(self, job: ExtractionJob) -> dict[str, str]:
-        # Reversed once per process: reverse() per job is a large share of a bulk response.
-        own = f"{jobs_path()}{job.pk}/"
+        own = f"{self._jobs_url()}{job.pk}/"
         return {
             "self": own,
             "history": own + "history/",
@@ -310,20 +320,46 @@ class JsonObjectField(serializers.JSONField):
         return value
 
 
+RECENT_EXTRACTORS = Recent()
+
+
 class ExtractorField(serializers.SlugRelatedField):
-    """An extractor by slug; bulk requests pass the extractors they name, loaded once, in the
-    context as `extractors`."""
+    """An extractor by slug, remembered briefly by the process (`jobtracking.recent`); bulk
+    requests pass the extractors they name, loaded once, in the context as `extractors`."""
 
     def to_internal_value(self, data):
-        if isinstance(data, str) and "\x00" in data:
+        if not isinstance(data, str) or not data:
+            raise serializers.ValidationError("Give an extractor's slug.")
+        if "\x00" in data:
             raise serializers.ValidationError("Null characters are not allowed.")
         known = self.context.get("extractors", {})
-        if isinstance(data, str) and data in known:
+        if data in known:
             return known[data]
+        extractor = RECENT_EXTRACTORS.get(data, lambda: Extractor.objects.filter(slug=data).first())
+        if extractor is None:
+            enabled = Extractor.objects.filter(enabled=True).order_by("slug")
+            available = ", ".join(enabled.values_list("slug", flat=True)) or "none"
+            raise serializers.ValidationError(
+                f"No extractor {data!r}. Available: {available} (see GET /api/v1/extractors/)."
+            )
+        return extractor
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know, by name, instead of ignoring them silently."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields) - {"csrfmiddlewaretoken"})
+            if unknown:
+                known = ", ".join(name for name, f in self.fields.items() if not f.read_only)
+                raise serializers.ValidationError(
+                    {name: [f"Unknown field. This request takes: {known}."] for name in unknown}
+                )
         return super().to_internal_value(data)
 
 
-class ExtractionJobCreateSerializer(serializers.Serializer):
+class ExtractionJobCreateSerializer(StrictSerializer):
     extractor = ExtractorField(slug_field="slug", queryset=Extractor.objects.all())
     file_id = serializers.CharField(max_length=255)
     file_name = serializers.CharField(max_length=255, required=False, allow_blank=True)
@@ -370,7 +406,7 @@ class ExtractionJobCreateSerializer(serializers.Serializer):
         upload = data.get("file")
         if upload is not None:
             data.setdefault("file_name", upload.name)
-            data["content_type"] = data.get("content_type") or upload.content_type or ""
+            data["content_type"] = data.get("content_type") or upload_type(upload)
             data["file_size"] = upload.size
         return data
 
@@ -388,6 +424,15 @@ class ExtractionJobCreateSerializer(serializers.Serializer):
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def upload_type(upload) -> str:
+    """The upload's declared type; when the client declared none in particular (curl -F sends
+    application/octet-stream), the type its name implies. The first bytes are checked later."""
+    declared = upload.content_type or ""
+    if declared in ("", "application/octet-stream"):
+        return mimetypes.guess_type(upload.name or "")[0] or declared
+    return declared
+
+
 def job_fields(validated: dict[str, Any]) -> dict[str, Any]:
     """Validated create data as `job_create` keyword arguments."""
     data = dict(validated)
@@ -395,7 +440,7 @@ def job_fields(validated: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-class BulkCreateSerializer(serializers.Serializer):
+class BulkCreateSerializer(StrictSerializer):
     jobs = serializers.ListField(
         child=serializers.DictField(),
         min_length=1,
@@ -417,7 +462,7 @@ class BulkResultSerializer(serializers.Serializer):
     results = BulkItemSerializer(many=True)
 
 
-class JobActionSerializer(serializers.Serializer):
+class JobActionSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
 
 

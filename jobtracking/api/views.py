@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
-from jobtracking.api.errors import problem, problem_body
+from jobtracking.api.errors import field_errors, problem, problem_body
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
@@ -153,9 +153,11 @@ class ExtractionJobViewSet(
                 job_create(actor=api_actor(request), **job_fields(serializer.validated_data)),
                 True,
             )
+        data = ExtractionJobSerializer(job, context={"request": request}).data
+        if not created:
+            return Response(data)
         return Response(
-            ExtractionJobSerializer(job).data,
-            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+            data, status=status.HTTP_201_CREATED, headers={"Location": data["links"]["self"]}
         )
 
     @extend_schema(request=BulkCreateSerializer, responses={200: BulkResultSerializer})
@@ -177,12 +179,17 @@ class ExtractionJobViewSet(
                 valid.append((index, job_fields(checker.run_validation(item))))
             except ValidationError as error:
                 body = problem_body(
-                    400, "validation_error", "The item is invalid.", errors=error.detail
+                    400,
+                    "validation_error",
+                    "The item is invalid.",
+                    errors=field_errors(error.detail),
                 )
                 results[index] = item_error(index, body)
         outcomes = job_create_many(items=[fields for _, fields in valid], actor=api_actor(request))
         created = [outcome.job for outcome in outcomes if outcome.job is not None]
-        rendered = iter(ExtractionJobSerializer(created, many=True).data)
+        rendered = iter(
+            ExtractionJobSerializer(created, many=True, context={"request": request}).data
+        )
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             if outcome.job is not None:
                 results[index] = {
@@ -236,7 +243,7 @@ class ExtractionJobViewSet(
         job = self.get_actionable_object()
         data = validated(JobActionSerializer, request)
         job = job_cancel(job_id=job.pk, actor=api_actor(request), reason=data["reason"])
-        return Response(ExtractionJobSerializer(job).data)
+        return Response(ExtractionJobSerializer(job, context={"request": request}).data)
 
     @extend_schema(request=JobRequeueSerializer, responses={200: ExtractionJobSerializer})
     @action(detail=True, methods=["post"], filterset_class=None)
@@ -245,7 +252,7 @@ class ExtractionJobViewSet(
         job = self.get_actionable_object()
         data = validated(JobRequeueSerializer, request)
         job = job_requeue(job_id=job.pk, actor=api_actor(request), **data)
-        return Response(ExtractionJobSerializer(job).data)
+        return Response(ExtractionJobSerializer(job, context={"request": request}).data)
 
 
 def validated(serializer_class, request) -> dict:

@@ -31,7 +31,8 @@ def test_create_json_returns_201_and_the_job(api, owner, extractor):
     assert (job.requested_by, job.status_id, job.file_id) == (owner, "pending", "file-1")
     assert data["status"] == "pending" and data["extractor"] == "sandbox"
     assert data["metadata"] == {"grant": "G-7"} and data["error"] is None
-    assert data["links"]["history"] == f"/api/v1/jobs/{job.pk}/history/"
+    assert data["links"]["history"] == f"http://testserver/api/v1/jobs/{job.pk}/history/"
+    assert response["Location"] == data["links"]["self"] == f"http://testserver{URL}{job.pk}/"
     assert JobStatusChange.objects.get(job=job).actor_type == "api"
 
 
@@ -241,3 +242,48 @@ def test_jobs_filter_by_priority(api, owner, extractor):
     listed = api.get(URL, {"priority": "bulk"}).json()["results"]
     assert [job["file_id"] for job in listed] == ["slow"]
     assert_problem(api.get(URL, {"priority": "soon"}), 400, "validation_error")
+
+
+# Friction
+
+
+def test_unknown_fields_are_refused_by_name(api, extractor):
+    problem = assert_problem(
+        api.post(URL, body(colour="red", prority="bulk"), format="json"), 400, "validation_error"
+    )
+    assert set(problem["errors"]) == {"colour", "prority"}
+    assert "priority" in problem["errors"]["prority"][0]  # the message lists what is accepted
+    assert not ExtractionJob.objects.exists()
+
+
+def test_an_unknown_extractor_names_the_available_ones(api, extractor):
+    ExtractorFactory(slug="azure-west")
+    ExtractorFactory(slug="old", enabled=False)
+    problem = assert_problem(
+        api.post(URL, body(extractor="nope"), format="json"), 400, "validation_error"
+    )
+    (message,) = problem["errors"]["extractor"]
+    assert "'nope'" in message and "azure-west, sandbox" in message and "old" not in message
+
+
+def test_curls_octet_stream_upload_takes_its_type_from_the_name_then_the_bytes(
+    api, extractor, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path
+    csv = SimpleUploadedFile("budget.csv", b"item,amount\nrent,5\n", "application/octet-stream")
+    response = api.post(URL, {"extractor": "sandbox", "file_id": "c-1", "file": csv})
+    assert response.status_code == 201, response.content
+    assert response.json()["content_type"] == "text/csv"
+    fake = SimpleUploadedFile("scan.pdf", b"not a pdf at all", "application/octet-stream")
+    assert_problem(
+        api.post(URL, {"extractor": "sandbox", "file_id": "c-2", "file": fake}),
+        415,
+        "content_mismatch",
+    )
+
+
+def test_validation_errors_are_always_lists_per_field(api, extractor):
+    problem = assert_problem(
+        api.post(URL, body(file_id=" "), format="json"), 400, "validation_error"
+    )
+    assert all(isinstance(messages, list) for messages in problem["errors"].values())

@@ -1,0 +1,111 @@
+"""Every problem `code` the API answers with, documented: each problem's `type` is
+`/api/problems/<code>`, a page this service serves (HTML for a browser, JSON otherwise)."""
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.html import format_html, format_html_join
+
+# code: (HTTP status, what it means and what to do)
+PROBLEMS = {
+    "validation_error": (
+        400,
+        "The request body or a parameter is invalid. `errors` maps each field to its messages; "
+        "fix those fields and send the request again. Unknown fields are refused by name.",
+    ),
+    "parse_error": (400, "The body is not valid JSON (or form data). Check the Content-Type."),
+    "bad_request": (400, "The request could not be read (for example a malformed header)."),
+    "invalid_cursor": (
+        400,
+        "The page cursor is not one this list made (altered, from another ordering, or from an "
+        "older format). Start again from the first page.",
+    ),
+    "unsafe_url": (
+        400,
+        "The URL is refused: it must be http(s), carry no credentials and reach a public address.",
+    ),
+    "extractor_disabled": (400, "The extractor is disabled: pick another one or ask staff."),
+    "not_authenticated": (
+        401,
+        "No credentials: send `Authorization: Token <key>` (keys come from an administrator).",
+    ),
+    "authentication_failed": (401, "The token is wrong, revoked or its user is inactive."),
+    "permission_denied": (403, "The client lacks the permission this action needs."),
+    "not_found": (404, "No such resource, or not one this client may see."),
+    "job_not_found": (404, "No such job, or not one this client may see."),
+    "method_not_allowed": (405, "This endpoint does not accept that HTTP method; see `Allow`."),
+    "not_acceptable": (406, "No representation matches the Accept header; ask for JSON."),
+    "invalid_transition": (
+        409,
+        "The job's status does not allow this action (for example cancelling a finished job). "
+        "`current_status` says where it is.",
+    ),
+    "force_required": (
+        409,
+        "Requeueing a succeeded job discards nothing but costs a new extraction: send "
+        '`"force": true` to confirm.',
+    ),
+    "job_moved_on": (409, "The job changed while the request ran; read it again and retry."),
+    "active_job_exists": (
+        409,
+        "An active job already exists for this extractor and file_id; `job_id` names it. Wait for "
+        "it or cancel it first.",
+    ),
+    "payload_too_large": (413, "The body or upload is larger than allowed; `limit` says how much."),
+    "unsupported_media_type": (
+        415,
+        "The body's or the upload's content type is not accepted; the detail lists the allowed "
+        "ones.",
+    ),
+    "content_mismatch": (
+        415,
+        "The upload's first bytes do not match its declared type (a renamed file?).",
+    ),
+    "idempotency_key_reused": (
+        422,
+        "This Idempotency-Key was used for a different request; use a new key per new request.",
+    ),
+    "throttled": (429, "Too many requests; wait for `Retry-After` seconds."),
+    "server_error": (500, "Something went wrong on our side; it has been logged. Retry later."),
+}
+
+TYPE_PREFIX = "/api/problems/"
+
+
+def problem_type(code: str) -> str:
+    return TYPE_PREFIX + code
+
+
+def problem_page(request: HttpRequest, code: str) -> HttpResponse:
+    if code not in PROBLEMS:
+        raise Http404
+    status, text = PROBLEMS[code]
+    if "text/html" not in request.headers.get("Accept", ""):
+        return JsonResponse({"code": code, "status": status, "description": text})
+    return HttpResponse(
+        format_html(
+            "<!doctype html><title>{0}</title><h1>{0}</h1><p>HTTP {1}</p><p>{2}</p>"
+            '<p><a href="{3}">All problem codes</a></p>',
+            code,
+            status,
+            text,
+            TYPE_PREFIX,
+        )
+    )
+
+
+def problem_index(request: HttpRequest) -> HttpResponse:
+    if "text/html" not in request.headers.get("Accept", ""):
+        return JsonResponse(
+            {code: {"status": s, "description": t} for code, (s, t) in PROBLEMS.items()}
+        )
+    rows = format_html_join(
+        "",
+        '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td></tr>',
+        ((problem_type(code), code, s, t) for code, (s, t) in PROBLEMS.items()),
+    )
+    return HttpResponse(
+        format_html(
+            "<!doctype html><title>API problems</title><h1>API problem codes</h1>"
+            "<table><tr><th>code</th><th>status</th><th>meaning</th></tr>{}</table>",
+            rows,
+        )
+    )
