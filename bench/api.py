@@ -5,11 +5,13 @@ list/filter latency with 1,000,000 stored jobs through Django's request path in 
 
     make bench            (or: .ci/with_postgres.sh .venv/bin/python -m bench.api)
 
-    BENCH_API_CLIENTS (8)          concurrent clients (processes, one keep-alive session each)
+    BENCH_API_CLIENTS (4)          concurrent clients (processes, one keep-alive session each)
     BENCH_API_SINGLE (3,000)       single creates (and floor requests) in all
     BENCH_API_BULK_BATCHES (20)    bulk requests of 500
 """
 
+import http.client
+import json
 import multiprocessing
 import os
 import re
@@ -20,12 +22,11 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-
-import requests
+from urllib.parse import urlsplit
 
 from bench import setup
 
-CLIENTS = int(os.environ.get("BENCH_API_CLIENTS", 8))
+CLIENTS = int(os.environ.get("BENCH_API_CLIENTS", 4))
 PROCFILE = Path(__file__).resolve().parent.parent / "Procfile"
 
 
@@ -59,16 +60,22 @@ def serve(port: int) -> subprocess.Popen:
 
 
 def _client(args) -> int:
+    """One keep-alive connection (http.client: a lighter client than requests, so that less of
+    the two cores goes to the load generator)."""
     url, token, kind, count, prefix, extractor = args
-    session = requests.Session()
-    session.headers["Authorization"] = f"Token {token}"
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
     for n in range(count):
         if kind == "bulk":
             body = {"jobs": [job(extractor, f"{prefix}-{n}-{i}", i) for i in range(500)]}
         else:
             body = job(extractor, f"{prefix}-{n}", n)
-        response = session.post(url, json=body, timeout=60)
-        assert response.status_code in (200, 201), response.text[:300]
+        connection.request("POST", parts.path, json.dumps(body), headers)
+        response = connection.getresponse()
+        payload = response.read()
+        assert response.status in (200, 201), payload[:300]
+    connection.close()
     return count
 
 
@@ -91,6 +98,19 @@ def drive(url: str, token: str, kind: str, requests_total: int, extractor: str, 
         return done / (time.perf_counter() - started)
 
 
+def cpu(server: subprocess.Popen) -> tuple[float, float]:
+    """CPU seconds so far of the web server's processes and of PostgreSQL's."""
+    from bench.engine import cpu_seconds
+    from tests.processes import descendants
+
+    data = Path(os.environ["TEST_PG_DATA"]) / "postmaster.pid"
+    postmaster = int(data.read_text().split()[0])
+    return (
+        cpu_seconds([server.pid, *descendants(server.pid)]),
+        cpu_seconds([postmaster, *descendants(postmaster)]),
+    )
+
+
 def through_gunicorn(token: str, extractor: str, stamp: int) -> None:
     from bench.floor import create_table
     from tests.processes import answers, free_port, wait_until
@@ -104,24 +124,33 @@ def through_gunicorn(token: str, extractor: str, stamp: int) -> None:
         singles = int(os.environ.get("BENCH_API_SINGLE", 3000))
         drive(f"{base}/bench/floor/", token, "single", CLIENTS * 20, extractor, f"w{stamp}")
         drive(f"{base}/api/v1/jobs/", token, "single", CLIENTS * 20, extractor, f"w{stamp}")
+
+        def measure(path: str, kind: str, count: int, tag: str) -> tuple[float, float, float]:
+            """Requests/s, and CPU ms per request of the web server and of PostgreSQL."""
+            before = cpu(server)
+            rate = drive(f"{base}{path}", token, kind, count, extractor, tag)
+            web, db = (after - first for after, first in zip(cpu(server), before, strict=True))
+            return rate, 1000 * web / count, 1000 * db / count
+
         rounds = {"floor": [], "create": []}
         for r in range(3):  # interleaved, so that both see the same machine
-            rounds["floor"].append(
-                drive(
-                    f"{base}/bench/floor/", token, "single", singles // 3, extractor, f"f{stamp}{r}"
-                )
-            )
+            rounds["floor"].append(measure("/bench/floor/", "single", singles // 3, f"f{stamp}{r}"))
             rounds["create"].append(
-                drive(
-                    f"{base}/api/v1/jobs/", token, "single", singles // 3, extractor, f"s{stamp}{r}"
-                )
+                measure("/api/v1/jobs/", "single", singles // 3, f"s{stamp}{r}")
             )
-        floor, create = statistics.median(rounds["floor"]), statistics.median(rounds["create"])
+        floor, create = (
+            [statistics.median(column) for column in zip(*rounds[name], strict=True)]
+            for name in ("floor", "create")
+        )
         print(f"through gunicorn ({PROCFILE.name} web line), {CLIENTS} keep-alive clients:")
-        print(f"  floor (DRF view, one INSERT): {floor:7.0f} requests/s")
         print(
-            f"  single create:                {create:7.0f} jobs/s = {create / floor:.2f}x "
-            "the floor (targets >= 300 jobs/s and >= 0.50x)"
+            f"  floor (DRF view, one INSERT): {floor[0]:7.0f} requests/s; CPU per request: "
+            f"gunicorn {floor[1]:.2f} ms, PostgreSQL {floor[2]:.2f} ms"
+        )
+        print(
+            f"  single create: {create[0]:7.0f} jobs/s = {create[0] / floor[0]:.2f}x "
+            f"the floor (targets >= 300 jobs/s and >= 0.50x); CPU per request: gunicorn "
+            f"{create[1]:.2f} ms, PostgreSQL {create[2]:.2f} ms"
         )
         batches = int(os.environ.get("BENCH_API_BULK_BATCHES", 20))
         bulk = drive(f"{base}/api/v1/jobs/bulk/", token, "bulk", batches, extractor, f"b{stamp}")

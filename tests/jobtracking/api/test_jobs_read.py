@@ -4,7 +4,9 @@ from urllib.parse import quote
 import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
+from rest_framework import serializers
 
+from jobtracking.api.serializers import ExtractionJobSerializer
 from jobtracking.models import ExtractionJob, JobEvent, ServiceHeartbeat
 from jobtracking.services import Actor, job_cancel, job_create
 from tests.factories import (
@@ -406,3 +408,11 @@ def test_stats_report_the_queue_by_priority(api, jobs):
     queue = api.get("/api/v1/stats/").json()["queue_by_priority"]
     assert set(queue) == {"interactive", "normal", "bulk"}
     assert queue["normal"]["active"] >= 1 and "oldest_due_seconds" in queue["bulk"]
+
+
+def test_the_fast_representation_is_drfs_own(jobs, rf):
+    request = rf.get("/api/v1/jobs/")
+    for job in ExtractionJob.objects.select_related("extractor", "requested_by"):
+        serializer = ExtractionJobSerializer(job, context={"request": request})
+        generic = serializers.ModelSerializer.to_representation(serializer, job)
+        assert serializer.data == generic
