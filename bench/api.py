@@ -100,15 +100,9 @@ def drive(url: str, token: str, kind: str, requests_total: int, extractor: str, 
 
 def cpu(server: subprocess.Popen) -> tuple[float, float]:
     """CPU seconds so far of the web server's processes and of PostgreSQL's."""
-    from bench.engine import cpu_seconds
-    from tests.processes import descendants
+    from bench.engine import postgres_cpu_seconds, tree_cpu_seconds
 
-    data = Path(os.environ["TEST_PG_DATA"]) / "postmaster.pid"
-    postmaster = int(data.read_text().split()[0])
-    return (
-        cpu_seconds([server.pid, *descendants(server.pid)]),
-        cpu_seconds([postmaster, *descendants(postmaster)]),
-    )
+    return tree_cpu_seconds([server]), postgres_cpu_seconds()
 
 
 def through_gunicorn(token: str, extractor: str, stamp: int) -> None:

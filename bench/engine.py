@@ -71,6 +71,22 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+def tree_cpu_seconds(processes) -> float:
+    """CPU of these processes and all their descendants."""
+    from tests.processes import descendants
+
+    return cpu_seconds([pid for p in processes for pid in (p.pid, *descendants(p.pid))])
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU of the throwaway cluster's postmaster and its backends."""
+    from tests.processes import descendants
+
+    pid_file = Path(os.environ["TEST_PG_DATA"]) / "postmaster.pid"
+    postmaster = int(pid_file.read_text().split()[0])
+    return cpu_seconds([postmaster, *descendants(postmaster)])
+
+
 class Monitor:
     """A connection of its own role, so that its statements are left out of the counts."""
 
@@ -142,19 +158,11 @@ class Stack:
     sandbox: object
 
     def cpu(self) -> dict[str, float]:
-        from tests.processes import descendants
-
-        def tree(processes) -> list[int]:
-            return [pid for p in processes for pid in (p.pid, *descendants(p.pid))]
-
-        postmaster = int(
-            (Path(os.environ["TEST_PG_DATA"]) / "postmaster.pid").read_text().split()[0]
-        )
         return {
-            "workers": cpu_seconds(tree(self.clusters)),
-            "dispatcher": cpu_seconds(tree(self.dispatchers)),
-            "postgres": cpu_seconds([postmaster, *descendants(postmaster)]),
-            "sandbox": cpu_seconds(tree([self.sandbox])),
+            "workers": tree_cpu_seconds(self.clusters),
+            "dispatcher": tree_cpu_seconds(self.dispatchers),
+            "postgres": postgres_cpu_seconds(),
+            "sandbox": tree_cpu_seconds([self.sandbox]),
             "creator": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
         }
 

@@ -169,7 +169,7 @@ class CompletedFilter(DateRangeFilter):
 
 def _chosen_priority(request) -> Priority | None:
     value = request.POST.get("priority", "")
-    return Priority.named(value) if value in {p.code for p in Priority} else None
+    return Priority.named(value) if value in Priority.codes() else None
 
 
 @admin.register(ExtractionJob)

@@ -6,6 +6,9 @@ from typing import Any
 class ApplicationError(Exception):
     code = "application_error"
     http_status = 400
+    # What an API client should do about it, added to the problem's detail (the admin and the
+    # commands have their own controls for it).
+    api_hint = ""
 
     def __init__(self, message: str, **extra: Any) -> None:
         super().__init__(message)
@@ -27,6 +30,7 @@ class InvalidTransitionError(ApplicationError):
 
 class ForceRequiredError(InvalidTransitionError):
     code = "force_required"
+    api_hint = 'Send "force": true to requeue it anyway.'
 
 
 class JobMovedOnError(InvalidTransitionError):

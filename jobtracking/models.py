@@ -52,6 +52,11 @@ class Priority(models.IntegerChoices):
     def named(cls, name: str) -> "Priority":
         return cls[name.upper()]
 
+    @classmethod
+    def codes(cls) -> list[str]:
+        """The names clients and operators use: interactive, normal, bulk."""
+        return [priority.code for priority in cls]
+
     @property
     def code(self) -> str:
         return self.name.lower()

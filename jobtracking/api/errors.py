@@ -13,7 +13,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from jobtracking.api.problems import problem_type
-from jobtracking.errors import ApplicationError, ForceRequiredError, JobValidationError
+from jobtracking.errors import ApplicationError, JobValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +77,9 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
 def _problem_for(exc: Exception) -> Response | None:
     if isinstance(exc, JobValidationError):
         return problem(400, exc.code, exc.message, errors=field_errors(exc.fields))
-    if isinstance(exc, ForceRequiredError):
-        detail = f'{exc.message} Send "force": true to requeue it anyway.'
-        return problem(exc.http_status, exc.code, detail, **exc.extra)
     if isinstance(exc, ApplicationError):
-        return problem(exc.http_status, exc.code, exc.message, **exc.extra)
+        detail = f"{exc.message} {exc.api_hint}" if exc.api_hint else exc.message
+        return problem(exc.http_status, exc.code, detail, **exc.extra)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -102,13 +100,18 @@ def _problem_for(exc: Exception) -> Response | None:
     return None
 
 
+def problem_response(status_code: int, code: str, detail: str, **extra: Any) -> JsonResponse:
+    """A problem outside DRF (Django's error handlers, middleware)."""
+    return JsonResponse(
+        problem_body(status_code, code, detail, **extra),
+        status=status_code,
+        content_type="application/problem+json",
+    )
+
+
 def json_error_view(status_code: int, code: str, detail: str):
     def view(request, exception=None):
-        return JsonResponse(
-            problem_body(status_code, code, detail),
-            status=status_code,
-            content_type="application/problem+json",
-        )
+        return problem_response(status_code, code, detail)
 
     return view
 
@@ -150,21 +153,16 @@ class ApiProblemMiddleware:
             code = STATUS_CODES.get(
                 status_code, "server_error" if status_code >= 500 else "bad_request"
             )
-            detail = TITLES.get(status_code, "Error") + "."
-            return json_error_view(status_code, code, detail)(request)
+            return problem_response(status_code, code, TITLES.get(status_code, "Error") + ".")
         return response
 
     def process_exception(self, request, exception):
         if request.path.startswith("/api/") and isinstance(exception, RequestDataTooBig):
             limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            return JsonResponse(
-                problem_body(
-                    413,
-                    "payload_too_large",
-                    f"Bodies are limited to {limit} bytes (uploads: use multipart).",
-                    limit=limit,
-                ),
-                status=413,
-                content_type="application/problem+json",
+            return problem_response(
+                413,
+                "payload_too_large",
+                f"Bodies are limited to {limit} bytes (uploads: use multipart).",
+                limit=limit,
             )
         return None

@@ -74,11 +74,15 @@ def problem_type(code: str) -> str:
     return TYPE_PREFIX + code
 
 
+def _wants_html(request: HttpRequest) -> bool:
+    return "text/html" in request.headers.get("Accept", "")
+
+
 def problem_page(request: HttpRequest, code: str) -> HttpResponse:
     if code not in PROBLEMS:
         raise Http404
     status, text = PROBLEMS[code]
-    if "text/html" not in request.headers.get("Accept", ""):
+    if not _wants_html(request):
         return JsonResponse({"code": code, "status": status, "description": text})
     return HttpResponse(
         format_html(
@@ -93,7 +97,7 @@ def problem_page(request: HttpRequest, code: str) -> HttpResponse:
 
 
 def problem_index(request: HttpRequest) -> HttpResponse:
-    if "text/html" not in request.headers.get("Accept", ""):
+    if not _wants_html(request):
         return JsonResponse(
             {code: {"status": s, "description": t} for code, (s, t) in PROBLEMS.items()}
         )

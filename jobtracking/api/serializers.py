@@ -62,7 +62,7 @@ class PriorityField(serializers.ChoiceField):
     """A priority by name (`interactive`, `normal`, `bulk`); stored as its number."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(choices=[p.code for p in Priority], **kwargs)
+        super().__init__(choices=Priority.codes(), **kwargs)
         self.error_messages["invalid_choice"] = (
             '"{input}" is not a priority: use interactive, normal or bulk.'
         )

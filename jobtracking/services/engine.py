@@ -82,7 +82,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
         now = timezone.now()
         moves = [Move(job.pk, None, prepare=_release_claim) for job in jobs]
         to_lease, to_poll = defaultdict(list), defaultdict(list)
-        handed_back: Counter[tuple[int, int]] = Counter()
+        handed_back: defaultdict[int, Counter[int]] = defaultdict(Counter)  # by priority
         for job in jobs:
             if job.deadline_at and job.deadline_at <= now:
                 moves.append(_time_out_move(job))
@@ -90,7 +90,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
                 if job.lease_expires_at and job.lease_expires_at > now:
                     continue  # a live lease: its worker is still on it
                 moves.append(_hand_back_move(job))
-                handed_back[job.extractor_id, job.priority] += 1
+                handed_back[job.extractor_id][job.priority] += 1
                 to_lease[job.extractor].append(job)
             elif job.status_id == states.PENDING:
                 to_lease[job.extractor].append(job)
@@ -98,7 +98,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
                 to_poll[job.extractor].append(job)
         started = StartedBatch()
         for extractor, candidates in to_lease.items():
-            moves += _lease_moves(extractor, candidates, handed_back, now, started)
+            moves += _lease_moves(extractor, candidates, handed_back[extractor.pk], now, started)
         for extractor, candidates in to_poll.items():
             slots, free_at = reserve_slots(extractor, RateSlot.POLL, len(candidates), now)
             started.polls += [Planned(job, at) for job, at in zip(candidates, slots, strict=False)]
@@ -112,7 +112,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
 def _lease_moves(
     extractor: Extractor,
     candidates: list[ExtractionJob],
-    handed_back: Counter[tuple[int, int]],
+    handed_back: Counter[int],
     now: datetime,
     started: StartedBatch,
 ) -> list[Move]:
@@ -125,8 +125,7 @@ def _lease_moves(
     if extractor.max_in_flight or extractor.rate_limit(RateSlot.SUBMIT):
         waiting |= pending_priorities(extractor)
     wanted = {priority: len(jobs) for priority, jobs in by_priority.items()}
-    back = {p: handed_back[extractor.pk, p] for p in wanted}
-    rooms = _in_flight_rooms(extractor, wanted, back, waiting)
+    rooms = _in_flight_rooms(extractor, wanted, handed_back, waiting)
     moves = []
     for priority, jobs in sorted(by_priority.items()):
         room = rooms[priority]

@@ -119,8 +119,7 @@ def in_flight(count: int, priority, extractor) -> None:
 
 
 def start(jobs) -> int:
-    ExtractionJob.objects.filter(pk__in=[job.pk for job in jobs]).update(claimed_at=timezone.now())
-    return len(jobs_start(job_ids=[job.pk for job in jobs]).submits)
+    return len(jobs_start_priorities(jobs))
 
 
 def test_bulk_work_leaves_the_cap_to_waiting_interactive_work():

@@ -17,7 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--force", action="store_true", help="Also requeue succeeded jobs.")
         parser.add_argument(
             "--priority",
-            choices=[p.code for p in Priority],
+            choices=Priority.codes(),
             help="The new attempts' priority (default: each job's own).",
         )
 
