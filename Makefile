@@ -28,7 +28,7 @@ bench: install
 	.ci/with_postgres.sh $(PY) -m bench.dispatcher
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.engine
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.fairness
-	.ci/with_postgres.sh $(PY) -m bench.api
+	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.api
 	.ci/with_postgres.sh $(PY) -m bench.operations
 	.ci/with_postgres.sh $(PY) -m bench.admin
 
