@@ -149,6 +149,7 @@ class Dispatcher:
         self.claimed_total = 0
         self.last_beat = 0.0
         self.held_back = False
+        self.last_delivery_round = 0.0
 
     def stop(self, *_args) -> None:
         self.stopping = True
@@ -188,7 +189,11 @@ class Dispatcher:
         wanted = min(self.batch_size, max(0, room) * settings.JOBS_TASK_BATCH_SIZE)
         claimed = len(claim_due_jobs(batch_size=wanted, lease=self.lease)) if wanted else 0
         self.held_back = wanted < self.batch_size and (not wanted or claimed == wanted)
-        claimed += len(claim_due_deliveries(batch_size=self.batch_size, lease=self.lease))
+        # Webhook retries are not urgent: look for them at the idle pace, not every
+        # back-pressure poll.
+        if time.monotonic() - self.last_delivery_round >= self.idle:
+            claimed += len(claim_due_deliveries(batch_size=self.batch_size, lease=self.lease))
+            self.last_delivery_round = time.monotonic()
         self.claimed_total += claimed
         if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:
             beat("dispatcher", self.name, claimed_total=self.claimed_total)
