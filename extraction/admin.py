@@ -3,6 +3,7 @@ from django.contrib import admin, messages
 from extraction.errors import ExtractorError
 from extraction.models import Extractor
 from extraction.registry import get_client
+from jobtracking.admin.common import record
 
 
 @admin.register(Extractor)
@@ -17,6 +18,7 @@ class ExtractorAdmin(admin.ModelAdmin):
         "max_in_flight",
         "submit_rate",
         "poll_rate",
+        "key_configured",
     ]
     list_filter = ["adapter", "enabled"]
     search_fields = ["slug", "name"]
@@ -39,10 +41,15 @@ class ExtractorAdmin(admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return super().has_add_permission(request) and self.may_change_endpoint(request)
 
-    @admin.display(description="key set in the environment", boolean=True)
-    def key_configured(self, extractor: Extractor) -> bool:
-        # Whether the variable holds a key; the key itself is never shown.
-        return bool(extractor.api_key())
+    @admin.display(description="key")
+    def key_configured(self, extractor: Extractor) -> str:
+        # Whether the variable holds a key; the key itself is never shown. No variable named
+        # means the extractor takes no key (the sandbox).
+        if not extractor.api_key_env:
+            return "not needed"
+        if extractor.api_key():
+            return f"✓ set in {extractor.api_key_env}"
+        return f"✗ missing: set {extractor.api_key_env} in the environment"
 
     @admin.action(description="Check the connection (one authenticated call)")
     def check_connection(self, request, queryset):
@@ -51,4 +58,6 @@ class ExtractorAdmin(admin.ModelAdmin):
                 answer = get_client(extractor).check_connection()
                 self.message_user(request, f"{extractor.slug}: {answer}", messages.SUCCESS)
             except ExtractorError as error:
-                self.message_user(request, f"{extractor.slug}: {error.message}", messages.ERROR)
+                answer = error.message
+                self.message_user(request, f"{extractor.slug}: {answer}", messages.ERROR)
+            record(request, [extractor], f"Connection checked: {answer}")

@@ -11,7 +11,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from jobtracking import states
-from jobtracking.admin_paging import EstimatedCountPaginator
+from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.models import ExtractionJob, Priority
 from jobtracking.selectors import VIEW_ALL, queue_by_priority
 

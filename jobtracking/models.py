@@ -1,8 +1,11 @@
+import json
+from typing import Any
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Cast, Coalesce, Right
 from django.utils import timezone
 
 from extraction.errors import ErrorCode
@@ -12,6 +15,9 @@ from jobtracking.ids import uuid7
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
 ACTIVE_STATUS = Q(status__in=sorted(states.ACTIVE))
+# The end of a job's UUID, as staff see it in lists (the random part: unique in practice, where a
+# UUIDv7's start is shared by jobs created in the same millisecond). Indexed by expression.
+SHORT_ID = Right(Cast("id", models.CharField()), 12)
 # Who asked for a job, as the dispatcher's fair share sees it: jobs created by the system (no
 # user) share one queue, user 0.
 REQUESTER_KEY = Coalesce("requested_by", models.Value(0), output_field=models.BigIntegerField())
@@ -190,6 +196,7 @@ class ExtractionJob(models.Model):
                 fields=["file_name"], opclasses=["varchar_pattern_ops"], name="job_file_name_idx"
             ),
             models.Index(fields=["external_job_id"], name="job_external_id_idx"),
+            models.Index(SHORT_ID, name="job_short_id_idx"),
             models.Index(fields=["requested_by", "-created_at"], name="job_requester_created_idx"),
         ]
 
@@ -278,6 +285,13 @@ class ExtractionResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} attempt {self.attempt}"
+
+    def load_payload(self) -> Any:
+        """The extractor's JSON, from the row or from its file."""
+        if self.payload is not None:
+            return self.payload
+        with self.payload_file.open("rb") as stored:
+            return json.load(stored)
 
 
 class JobEvent(models.Model):

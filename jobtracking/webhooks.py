@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from jobtracking.ids import uuid7
 from jobtracking.models import DeliveryState, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.queue import enqueue_delivery
 from jobtracking.urlsafety import UnsafeURLError, post_checked
@@ -34,6 +35,7 @@ RETRY_SCHEDULE = (
     timedelta(hours=24),
 )
 EXCERPT_BYTES = 1024
+TEST_EVENT_TYPE = "webhook.test"
 
 
 def subscription_secret(subscription: WebhookSubscription) -> str:
@@ -93,26 +95,22 @@ def _excerpt(response: requests.Response) -> str:
     return chunk[:EXCERPT_BYTES].decode("utf-8", "replace")
 
 
-def deliver(delivery_id: int) -> str:
-    """Make one attempt; record its outcome. Returns the delivery's state afterwards."""
-    delivery = (
-        WebhookDelivery.objects.select_related("event", "subscription")
-        .filter(pk=delivery_id, state=DeliveryState.PENDING)
-        .first()
-    )
-    if delivery is None:
-        return "gone"
-    subscription, event = delivery.subscription, delivery.event
-    body = delivery_body(event)
-    timestamp = int(time.time())
-    headers = {
+def delivery_headers(message_id: str, timestamp: str, signature: str) -> dict[str, str]:
+    return {
         "Content-Type": "application/json",
-        "webhook-id": str(event.event_id),
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(
-            subscription_secret(subscription), str(event.event_id), timestamp, body
-        ),
+        "webhook-id": message_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": signature,
     }
+
+
+def post_signed(
+    subscription: WebhookSubscription, message_id: str, body: bytes
+) -> tuple[int | None, str, str]:
+    """POST a signed body to the subscription: (HTTP status or None, response excerpt, error)."""
+    timestamp = int(time.time())
+    signature = sign(subscription_secret(subscription), message_id, timestamp, body)
+    headers = delivery_headers(message_id, str(timestamp), signature)
     status, excerpt, error = None, "", ""
     try:
         with post_checked(
@@ -127,7 +125,38 @@ def deliver(delivery_id: int) -> str:
         error = unsafe.message
     except requests.RequestException as failure:
         error = f"{type(failure).__name__}"
+    return status, excerpt, error
+
+
+def deliver(delivery_id: int) -> str:
+    """Make one attempt; record its outcome. Returns the delivery's state afterwards."""
+    delivery = (
+        WebhookDelivery.objects.select_related("event", "subscription")
+        .filter(pk=delivery_id, state=DeliveryState.PENDING)
+        .first()
+    )
+    if delivery is None:
+        return "gone"
+    event = delivery.event
+    status, excerpt, error = post_signed(
+        delivery.subscription, str(event.event_id), delivery_body(event)
+    )
     return _record_attempt(delivery, status=status, excerpt=excerpt, error=error)
+
+
+def send_test_event(subscription: WebhookSubscription) -> tuple[int | None, str, str]:
+    """A signed `webhook.test` message sent at once and recorded nowhere: staff check that the
+    receiver answers and verifies signatures before real events flow."""
+    message_id = f"msg_test_{uuid7()}"
+    body = json.dumps(
+        {
+            "type": TEST_EVENT_TYPE,
+            "timestamp": timezone.now().isoformat(),
+            "data": {"subscription_id": subscription.pk, "message": "A test event from staff."},
+        },
+        separators=(",", ":"),
+    ).encode()
+    return post_signed(subscription, message_id, body)
 
 
 def _record_attempt(delivery: WebhookDelivery, *, status: int | None, excerpt: str, error: str):

@@ -240,10 +240,7 @@ class ExtractionResultSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.JSONField())
     def get_payload(self, result: ExtractionResult) -> Any:
-        if result.payload is not None:
-            return result.payload
-        with result.payload_file.open("rb") as stored:
-            return json.load(stored)
+        return result.load_payload()
 
 
 class JobEventSerializer(serializers.ModelSerializer):

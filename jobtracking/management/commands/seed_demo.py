@@ -44,7 +44,7 @@ class Command(BaseCommand):
                 "name": "Bundled sandbox extractor",
                 "adapter": Adapter.SANDBOX,
                 "base_url": options["sandbox_url"],
-                "api_key_env": "EXTRACTOR_SANDBOX_KEY",
+                "api_key_env": "",  # the bundled sandbox takes no key
                 "enabled": True,
             },
         )

@@ -1,3 +1,5 @@
+"""The jobs list: filters, index-backed search (short id included), bulk actions and CSV."""
+
 import contextlib
 import csv
 import uuid
@@ -9,37 +11,27 @@ from django.contrib.admin.helpers import ActionForm
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import StreamingHttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from jobtracking.admin_paging import EstimatedCountPaginator
-from jobtracking.errors import ApplicationError
-from jobtracking.models import (
-    ActorType,
-    DeliveryState,
-    ExtractionJob,
-    ExtractionResult,
-    JobEvent,
-    JobStatus,
-    JobStatusChange,
-    Priority,
-    WebhookDelivery,
-    WebhookSubscription,
+from jobtracking import states
+from jobtracking.admin.common import (
+    STATUS_LABELS,
+    ReadOnlyAdmin,
+    ReadOnlyInline,
+    moment,
+    record,
+    span,
+    status_badge,
 )
-from jobtracking.selectors import VIEW_ALL, job_list, job_may_act
+from jobtracking.admin.job_page import JobPageViews
+from jobtracking.admin.paging import EstimatedCountPaginator
+from jobtracking.errors import ApplicationError
+from jobtracking.models import SHORT_ID, ActorType, ExtractionJob, JobEvent, Priority
+from jobtracking.selectors import job_list, job_may_act
 from jobtracking.services import Actor, job_cancel, job_requeue, jobs_set_priority
-from jobtracking.webhooks import delivery_retry, subscription_secret
 
-STATUS_COLOURS = {
-    "pending": "#6c757d",
-    "submitting": "#0d6efd",
-    "submitted": "#0d6efd",
-    "processing": "#6610f2",
-    "succeeded": "#198754",
-    "failed": "#dc3545",
-    "timed_out": "#fd7e14",
-    "cancelled": "#495057",
-}
 # A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -64,69 +56,25 @@ CSV_COLUMNS = [
 ]
 
 
-def status_badge(code: str):
-    return format_html(
-        '<span style="background:{};color:#fff;padding:2px 6px;border-radius:3px">{}</span>',
-        STATUS_COLOURS.get(code, "#333"),
-        code,
-    )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """History is written by services only: nobody, superusers included, edits it here."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class StatusChangeInline(ReadOnlyInline):
-    model = JobStatusChange
-    verbose_name_plural = "Status timeline"
-    fields = ["changed_at", "from_status", "to_status", "attempt", "actor_type", "actor", "reason"]
-    readonly_fields = fields
-    ordering = ["changed_at", "id"]
-
-
-class ResultInline(ReadOnlyInline):
-    model = ExtractionResult
-    fields = ["attempt", "page_count", "size_bytes", "model_version", "received_at", "preview"]
-    readonly_fields = fields
-
-    @admin.display(description="Payload")
-    def preview(self, result: ExtractionResult):
-        if result.payload is None:
-            return f"stored as {result.payload_file.name}"
-        pages = result.payload.get("pages") if isinstance(result.payload, dict) else None
-        if pages and isinstance(pages[0], dict):
-            return (pages[0].get("text") or "")[:300]
-        return str(result.payload)[:300]
-
-
 class EventInline(ReadOnlyInline):
     model = JobEvent
+    verbose_name_plural = "Events published"
     fields = ["id", "type", "created_at", "event_id"]
     readonly_fields = fields
+    classes = ["collapse"]
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """Statuses by their labels, in lifecycle order."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return list(STATUS_LABELS.items())
+
+    def queryset(self, request, queryset):
+        return queryset.filter(status=self.value()) if self.value() in states.ALL else queryset
 
 
 class JobActionForm(ActionForm):
@@ -173,7 +121,7 @@ def _chosen_priority(request) -> Priority | None:
 
 
 @admin.register(ExtractionJob)
-class ExtractionJobAdmin(ReadOnlyAdmin):
+class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
     list_display = [
         "short_id",
         "file",
@@ -181,12 +129,12 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         "coloured_status",
         "priority",
         "attempt",
-        "created_at",
+        "created",
         "turnaround",
-        "error_code",
+        "error",
     ]
     list_filter = [
-        "status",
+        StatusFilter,
         "priority",
         "extractor",
         "error_code",
@@ -194,17 +142,87 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         CompletedFilter,
     ]
     search_fields = ["file_id"]
-    search_help_text = "A job id, file id or external id (exact), or the start of a file name."
+    search_help_text = (
+        "A job id (whole, or the 12 characters shown in the list), a file id or external id "
+        "(exact), or the start of a file name."
+    )
     list_select_related = ["extractor"]
     list_per_page = 50
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     ordering = ["-created_at"]
-    inlines = [StatusChangeInline, ResultInline, EventInline]
+    inlines = [EventInline]
     action_form = JobActionForm
     actions = ["requeue_selected", "cancel_selected", "set_priority", "export_csv"]
-    readonly_fields = [f.name for f in ExtractionJob._meta.fields if f.name != "upload"]
-    exclude = ["upload"]
+    change_form_template = "admin/jobtracking/extractionjob/change_form.html"
+    fieldsets = [
+        (
+            "File",
+            {
+                "fields": [
+                    "file_id",
+                    "file_name",
+                    "content_type",
+                    "file_size",
+                    "file_sha256",
+                    "source_url",
+                    "upload_link",
+                ]
+            },
+        ),
+        (
+            "Request",
+            {
+                "fields": [
+                    "extractor",
+                    "requested_by",
+                    "priority",
+                    "idempotency_key",
+                    "options",
+                    "metadata",
+                ]
+            },
+        ),
+        (
+            "At the extractor",
+            {
+                "fields": [
+                    "external_job_id",
+                    "external_status",
+                    "progress",
+                    "external_url",
+                    "external_request_id",
+                    "remote_expires_at",
+                ]
+            },
+        ),
+        (
+            "Times",
+            {"fields": ["created_at", "submitted_at", "started_at", "completed_at", "updated_at"]},
+        ),
+        (
+            "Engine internals",
+            {
+                "classes": ["collapse"],
+                "fields": [
+                    "id",
+                    "status",
+                    "attempt",
+                    "submit_attempts",
+                    "poll_count",
+                    "poll_error_count",
+                    "due_at",
+                    "claimed_at",
+                    "lease_expires_at",
+                    "deadline_at",
+                    "request_fingerprint",
+                    "error_code",
+                    "error_message",
+                ],
+            },
+        ),
+    ]
+    readonly_fields = [f.name for f in ExtractionJob._meta.fields] + ["upload_link"]
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: ExtractionJob) -> str:
@@ -218,11 +236,24 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
     def coloured_status(self, job: ExtractionJob):
         return status_badge(job.status_id)
 
+    @admin.display(description="created", ordering="created_at")
+    def created(self, job: ExtractionJob):
+        return format_html('<span style="white-space:nowrap">{}</span>', moment(job.created_at))
+
     @admin.display(description="turnaround")
     def turnaround(self, job: ExtractionJob) -> str:
-        if not job.completed_at:
-            return "—"
-        return f"{(job.completed_at - job.created_at).total_seconds():.1f} s"
+        return span(job.completed_at - job.created_at) if job.completed_at else "—"
+
+    @admin.display(description="error", ordering="error_code")
+    def error(self, job: ExtractionJob):
+        return format_html("<small>{}</small>", job.error_code) if job.error_code else "—"
+
+    @admin.display(description="upload")
+    def upload_link(self, job: ExtractionJob):
+        if not job.upload:
+            return "— (sent by URL)"
+        url = reverse("admin:jobtracking_job_upload", args=[job.pk])
+        return format_html('<a href="{}">Download {}</a>', url, job.file_name or "the upload")
 
     def get_queryset(self, request):
         # The same reach as the API: a staff member's own jobs unless they may view all.
@@ -236,6 +267,9 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         query = Q(file_id=term) | Q(external_job_id=term) | Q(file_name__startswith=term)
         with contextlib.suppress(ValueError):
             query |= Q(pk=uuid.UUID(term))
+        if len(term) == 12:
+            queryset = queryset.alias(short_id=SHORT_ID)
+            query |= Q(short_id=term.lower())
         return queryset.filter(query), False
 
     def has_requeue_permission(self, request) -> bool:
@@ -247,18 +281,19 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
     def _apply(self, request, queryset, verb: str, act) -> None:
         actor = Actor(ActorType.ADMIN, request.user)
         reason = request.POST.get("reason", "")
-        done, refused = 0, []
-        for job in queryset.select_related(None).only("pk", "requested_by"):
+        done, refused = [], []
+        for job in queryset.select_related(None).only("pk", "requested_by", "status"):
             job_id = job.pk
             try:
                 if not job_may_act(user=request.user, job=job):
                     raise PermissionDenied("another client's job (needs manage_all_extractionjobs)")
                 act(job_id=job_id, actor=actor, reason=reason)
-                done += 1
+                done.append(job)
             except (ApplicationError, PermissionDenied) as error:
                 refused.append(f"{str(job_id)[-12:]}: {getattr(error, 'message', error)}")
+        record(request, done, f"{verb.capitalize()} (list action). {reason}".strip())
         if done:
-            self.message_user(request, f"{done} job(s) {verb}.", messages.SUCCESS)
+            self.message_user(request, f"{len(done)} job(s) {verb}.", messages.SUCCESS)
         if refused:
             self.message_user(
                 request,
@@ -323,109 +358,3 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
             post.setlist(admin.helpers.ACTION_CHECKBOX_NAME, ["0"])
             request.POST = post
         return super().changelist_view(request, extra_context)
-
-
-@admin.register(JobStatusChange)
-class JobStatusChangeAdmin(ReadOnlyAdmin):
-    """The audit log."""
-
-    list_display = [
-        "changed_at",
-        "job_link",
-        "from_status",
-        "coloured_to_status",
-        "attempt",
-        "actor_type",
-        "actor",
-        "reason",
-    ]
-    list_filter = ["to_status", "actor_type", "actor", ("changed_at", admin.DateFieldListFilter)]
-    search_fields = ["=job__id"]
-    list_select_related = ["actor"]
-    list_per_page = 100
-    show_full_result_count = False
-    paginator = EstimatedCountPaginator
-    ordering = ["-changed_at"]
-
-    def get_queryset(self, request):
-        changes = super().get_queryset(request)
-        if request.user.has_perm(VIEW_ALL):
-            return changes
-        return changes.filter(job__requested_by=request.user)
-
-    @admin.display(description="job")
-    def job_link(self, change: JobStatusChange):
-        return format_html(
-            '<a href="../extractionjob/{}/change/">{}</a>', change.job_id, str(change.job_id)[-12:]
-        )
-
-    @admin.display(description="to status")
-    def coloured_to_status(self, change: JobStatusChange):
-        return status_badge(change.to_status_id)
-
-
-@admin.register(JobStatus)
-class JobStatusAdmin(ReadOnlyAdmin):
-    list_display = ["code", "label", "terminal", "description"]
-
-
-@admin.register(WebhookSubscription)
-class WebhookSubscriptionAdmin(admin.ModelAdmin):
-    list_display = ["url", "description", "event_types", "active", "secret_version", "created_at"]
-    readonly_fields = ["secret_version", "created_by", "created_at", "updated_at"]
-    actions = ["rotate_secret"]
-
-    def save_model(self, request, obj, form, change):
-        if not change:
-            obj.created_by = request.user
-        super().save_model(request, obj, form, change)
-        if not change:
-            self._show_secret(request, obj)
-
-    def _show_secret(self, request, subscription):
-        self.message_user(
-            request,
-            f"Signing secret for {subscription.url} (shown once, not stored): "
-            f"{subscription_secret(subscription)}",
-            messages.WARNING,
-        )
-
-    @admin.action(description="Rotate the signing secret and show the new one")
-    def rotate_secret(self, request, queryset):
-        for subscription in queryset:
-            subscription.secret_version += 1
-            subscription.save(update_fields=["secret_version", "updated_at"])
-            self._show_secret(request, subscription)
-
-
-@admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnlyAdmin):
-    list_display = [
-        "id",
-        "event",
-        "subscription",
-        "state",
-        "attempts",
-        "last_status_code",
-        "next_attempt_at",
-        "delivered_at",
-    ]
-    list_filter = ["state", "subscription"]
-    list_select_related = ["event", "subscription"]
-    show_full_result_count = False
-    paginator = EstimatedCountPaginator
-    actions = ["retry_dead"]
-
-    def has_retry_permission(self, request) -> bool:
-        return request.user.has_perm("jobtracking.view_webhookdelivery") and request.user.has_perm(
-            "jobtracking.change_webhooksubscription"
-        )
-
-    @admin.action(description="Retry selected dead deliveries", permissions=["retry"])
-    def retry_dead(self, request, queryset):
-        count = delivery_retry(queryset=queryset.filter(state=DeliveryState.DEAD))
-        self.message_user(request, f"{count} dead delivery(ies) scheduled again.")
-
-
-admin.site.register(ExtractionResult, ReadOnlyAdmin)
-admin.site.register(JobEvent, ReadOnlyAdmin)

@@ -1,0 +1,59 @@
+"""The audit log (every status change), the status table, and raw results and events."""
+
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
+
+from jobtracking.admin.common import ReadOnlyAdmin, moment, status_badge
+from jobtracking.admin.paging import EstimatedCountPaginator
+from jobtracking.models import ExtractionResult, JobEvent, JobStatus, JobStatusChange
+from jobtracking.selectors import VIEW_ALL
+
+
+@admin.register(JobStatusChange)
+class JobStatusChangeAdmin(ReadOnlyAdmin):
+    list_display = [
+        "changed",
+        "job_link",
+        "from_status",
+        "coloured_to_status",
+        "attempt",
+        "actor_type",
+        "actor",
+        "reason",
+    ]
+    list_filter = ["to_status", "actor_type", "actor", ("changed_at", admin.DateFieldListFilter)]
+    search_fields = ["=job__id"]
+    list_select_related = ["actor"]
+    list_per_page = 100
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    ordering = ["-changed_at"]
+
+    def get_queryset(self, request):
+        changes = super().get_queryset(request)
+        if request.user.has_perm(VIEW_ALL):
+            return changes
+        return changes.filter(job__requested_by=request.user)
+
+    @admin.display(description="changed at", ordering="changed_at")
+    def changed(self, change: JobStatusChange) -> str:
+        return moment(change.changed_at)
+
+    @admin.display(description="job")
+    def job_link(self, change: JobStatusChange):
+        url = reverse("admin:jobtracking_extractionjob_change", args=[change.job_id])
+        return format_html('<a href="{}">{}</a>', url, str(change.job_id)[-12:])
+
+    @admin.display(description="to status")
+    def coloured_to_status(self, change: JobStatusChange):
+        return status_badge(change.to_status_id)
+
+
+@admin.register(JobStatus)
+class JobStatusAdmin(ReadOnlyAdmin):
+    list_display = ["code", "label", "terminal", "description"]
+
+
+admin.site.register(ExtractionResult, ReadOnlyAdmin)
+admin.site.register(JobEvent, ReadOnlyAdmin)

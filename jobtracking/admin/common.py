@@ -1,0 +1,107 @@
+"""What every page of the console shares: status badges, compact times, read-only admins, and
+the admin's own log (LogEntry) of what staff did."""
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db import models
+from django.utils import timezone
+from django.utils.html import format_html
+
+from jobtracking import states
+
+STATUS_COLOURS = {
+    "pending": "#6c757d",
+    "submitting": "#0d6efd",
+    "submitted": "#0d6efd",
+    "processing": "#6610f2",
+    "succeeded": "#198754",
+    "failed": "#dc3545",
+    "timed_out": "#fd7e14",
+    "cancelled": "#495057",
+}
+STATUS_LABELS = {code: label for code, label, *_ in states.STATUSES}
+
+
+def status_badge(code: str | None):
+    if not code:
+        return "—"
+    return format_html(
+        '<span class="status-badge" style="background:{};color:#fff;padding:2px 6px;'
+        'border-radius:3px;white-space:nowrap">{}</span>',
+        STATUS_COLOURS.get(code, "#333"),
+        STATUS_LABELS.get(code, code),
+    )
+
+
+def moment(value: datetime | None) -> str:
+    """A time to the second, with its date: what an audit record needs."""
+    if value is None:
+        return "—"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def span(value: timedelta | None) -> str:
+    """A duration as people read it: 0.4 s, 12 s, 3 min 4 s, 2 h 5 min, 3 d 4 h."""
+    if value is None:
+        return "—"
+    seconds = max(value.total_seconds(), 0.0)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"
+
+
+def ago(value: datetime | None, now: datetime | None = None) -> str:
+    if value is None:
+        return "—"
+    return f"{span((now or timezone.now()) - value)} ago"
+
+
+def record(request, objects: Iterable[models.Model], message: str) -> None:
+    """One LogEntry per object, so the object's History and the index's Recent actions show
+    what staff did through actions and buttons (the services keep their own audit rows)."""
+    objects = list(objects)
+    if objects:
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
+        )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History is written by services only: nobody, superusers included, edits it here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

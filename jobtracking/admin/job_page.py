@@ -1,0 +1,226 @@
+"""The job page, built for operations: what happened (a summary, the timeline with the time
+spent in each status, the results) and what staff can do about it (requeue, cancel, open the
+upload), each button checking the same permissions as the list actions."""
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+
+from jobtracking import states
+from jobtracking.admin.common import ago, moment, record, span, status_badge
+from jobtracking.errors import ApplicationError
+from jobtracking.models import ActorType, ExtractionJob, ExtractionResult, Priority
+from jobtracking.selectors import job_may_act
+from jobtracking.services import Actor, job_cancel, job_requeue
+
+
+def summary(job: ExtractionJob, now: datetime) -> list[tuple[str, Any]]:
+    """The answers staff look for first, in the order they look."""
+    end = job.completed_at or now
+    rows = [
+        ("Status", status_badge(job.status_id)),
+        ("Attempt", job.attempt),
+        ("Priority", Priority(job.priority).label),
+        ("Created", f"{moment(job.created_at)} ({ago(job.created_at, now)})"),
+        ("Turnaround" if job.completed_at else "Running for", span(end - job.created_at)),
+        ("Extractor", job.extractor.slug),
+        ("External id", job.external_job_id or "—"),
+    ]
+    if job.error_code:
+        rows.insert(1, ("Error", f"{job.get_error_code_display()} ({job.error_code})"))
+        rows.insert(2, ("Error message", job.error_message or "—"))
+    return rows
+
+
+def timeline(job: ExtractionJob, now: datetime) -> list[dict[str, Any]]:
+    """Each change with the time spent in the status it entered (until the next change, or
+    until now while the job is still there), grouped by attempt."""
+    changes = list(job.status_changes.select_related("actor").order_by("changed_at", "id"))
+    rows = []
+    for index, change in enumerate(changes):
+        following = changes[index + 1].changed_at if index + 1 < len(changes) else None
+        if following is None and change.to_status_id in states.TERMINAL:
+            stayed = None
+        else:
+            stayed = (following or now) - change.changed_at
+        rows.append(
+            {
+                "change": change,
+                "at": moment(change.changed_at),
+                "stayed": span(stayed) if stayed is not None else "final",
+                "ongoing": following is None and stayed is not None,
+                "badge": status_badge(change.to_status_id),
+                "from_badge": status_badge(change.from_status_id),
+                "actor": change.actor or change.get_actor_type_display(),
+                "details": sorted(change.details.items()),
+                "new_attempt": index == 0 or change.attempt != changes[index - 1].attempt,
+            }
+        )
+    return rows
+
+
+def page_texts(payload: Any) -> list[tuple[Any, str]]:
+    """The text of each page, whichever extractor wrote the payload: the job protocol's
+    `pages[].text`, or Azure's `pages[].lines[].content` (else the page's spans of `content`)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("pages"), list):
+        return []
+    content = payload.get("content") if isinstance(payload.get("content"), str) else ""
+    texts = []
+    for number, page in enumerate(payload["pages"], start=1):
+        if not isinstance(page, dict):
+            continue
+        if isinstance(page.get("text"), str):
+            text = page["text"]
+        elif isinstance(page.get("lines"), list):
+            text = "\n".join(str(line.get("content", "")) for line in page["lines"])
+        else:
+            text = "".join(
+                content[s.get("offset", 0) : s.get("offset", 0) + s.get("length", 0)]
+                for s in page.get("spans", [])
+            )
+        texts.append((page.get("number", page.get("pageNumber", number)), text))
+    return texts
+
+
+class JobActForm(forms.Form):
+    reason = forms.CharField(
+        required=False, max_length=1000, widget=forms.Textarea(attrs={"rows": 3, "cols": 60})
+    )
+
+
+class RequeueForm(JobActForm):
+    force = forms.BooleanField(required=False, label="Force: requeue although it succeeded")
+    priority = forms.ChoiceField(
+        required=False, choices=[("", "Keep the job's priority"), *Priority.choices]
+    )
+
+
+class JobPageViews:
+    """Views added to the job admin: buttons, upload download and the full result."""
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("<uuid:pk>/requeue/", view(self.requeue_view), name="jobtracking_job_requeue"),
+            path("<uuid:pk>/cancel/", view(self.cancel_view), name="jobtracking_job_cancel"),
+            path("<uuid:pk>/upload/", view(self.upload_view), name="jobtracking_job_upload"),
+            path(
+                "<uuid:pk>/results/<int:attempt>/",
+                view(self.result_view),
+                name="jobtracking_job_result",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _visible_job(self, request, pk) -> ExtractionJob:
+        # Only jobs in the staff member's reach: the same queryset as the list.
+        job = get_object_or_404(self.get_queryset(request), pk=pk)
+        if not self.has_view_permission(request, job):
+            raise PermissionDenied
+        return job
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        job = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if job is not None:
+            now = timezone.now()
+            context.update(
+                summary=summary(job, now),
+                timeline=timeline(job, now),
+                results=list(job.results.order_by("-attempt")),
+                may_requeue=job.is_terminal and self._may_act(request, job, "requeue"),
+                may_cancel=not job.is_terminal and self._may_act(request, job, "cancel"),
+            )
+        return super().change_view(request, object_id, form_url, context)
+
+    def _may_act(self, request, job, verb: str) -> bool:
+        allowed = getattr(self, f"has_{verb}_permission")(request)
+        return allowed and job_may_act(user=request.user, job=job)
+
+    def _act_view(self, request, pk, verb: str, done: str, form_class, act):
+        job = self._visible_job(request, pk)
+        if not self._may_act(request, job, verb):
+            raise PermissionDenied
+        form = form_class(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            reason = form.cleaned_data["reason"]
+            try:
+                act(job, reason, form.cleaned_data)
+            except ApplicationError as error:
+                self.message_user(request, f"Not {done}: {error.message}", messages.ERROR)
+            else:
+                record(request, [job], f"{done.capitalize()}. {reason}".strip())
+                self.message_user(request, f"Job {done}.", messages.SUCCESS)
+            return redirect(reverse("admin:jobtracking_extractionjob_change", args=[job.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{verb.capitalize()} job {job.pk}",
+            "job": job,
+            "verb": verb,
+            "form": form,
+            "opts": self.model._meta,
+            "succeeded": job.status_id == states.SUCCEEDED,
+        }
+        return TemplateResponse(request, "admin/jobtracking/extractionjob/act.html", context)
+
+    def requeue_view(self, request, pk):
+        def act(job, reason, data) -> None:
+            priority = Priority(int(data["priority"])) if data.get("priority") else None
+            job_requeue(
+                job_id=job.pk,
+                actor=Actor(ActorType.ADMIN, request.user),
+                reason=reason,
+                force=data["force"],
+                priority=priority,
+            )
+
+        return self._act_view(request, pk, "requeue", "requeued", RequeueForm, act)
+
+    def cancel_view(self, request, pk):
+        def act(job, reason, data) -> None:
+            job_cancel(job_id=job.pk, actor=Actor(ActorType.ADMIN, request.user), reason=reason)
+
+        return self._act_view(request, pk, "cancel", "cancelled", JobActForm, act)
+
+    def upload_view(self, request, pk):
+        job = self._visible_job(request, pk)
+        if not job.upload:
+            raise Http404("This job has no upload (it was sent by URL).")
+        # An attachment, never rendered inline: the file is a client's, not ours.
+        return FileResponse(
+            job.upload.open("rb"),
+            as_attachment=True,
+            filename=job.file_name or job.upload.name.rsplit("/", 1)[-1],
+            content_type=job.content_type or "application/octet-stream",
+        )
+
+    def result_view(self, request, pk, attempt):
+        job = self._visible_job(request, pk)
+        result = get_object_or_404(ExtractionResult, job=job, attempt=attempt)
+        payload = result.load_payload()
+        pretty = json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
+        if request.GET.get("download"):
+            response = HttpResponse(pretty, content_type="application/json")
+            response["Content-Disposition"] = (
+                f'attachment; filename="{job.pk}-attempt-{attempt}.json"'
+            )
+            return response
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Result of job {job.pk}, attempt {attempt}",
+            "job": job,
+            "result": result,
+            "pages": page_texts(payload),
+            "pretty": pretty,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/jobtracking/extractionjob/result.html", context)

@@ -1,0 +1,201 @@
+"""Webhook subscriptions (event types as checkboxes, secrets shown once, a test event) and their
+deliveries (what was sent, signature redacted; searchable; dead ones retried)."""
+
+import contextlib
+import json
+import uuid
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Q
+from django.urls import reverse
+from django.utils.html import format_html
+
+from jobtracking import states
+from jobtracking.admin.common import ReadOnlyAdmin, moment, record
+from jobtracking.admin.paging import EstimatedCountPaginator
+from jobtracking.models import DeliveryState, WebhookDelivery, WebhookSubscription
+from jobtracking.webhooks import (
+    delivery_body,
+    delivery_headers,
+    delivery_retry,
+    send_test_event,
+    subscription_secret,
+)
+
+
+class SubscriptionForm(forms.ModelForm):
+    event_types = forms.MultipleChoiceField(
+        choices=[(t, t) for t in states.EVENT_TYPES],
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="None ticked: every event type, including ones added later.",
+    )
+
+    class Meta:
+        model = WebhookSubscription
+        fields = ["url", "description", "event_types", "active"]
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(admin.ModelAdmin):
+    form = SubscriptionForm
+    list_display = ["url", "description", "event_types", "active", "secret_version", "created_at"]
+    search_fields = ["url", "description"]
+    readonly_fields = ["secret_version", "created_by", "created_at", "updated_at"]
+    actions = ["rotate_secret", "send_test"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+        twins = WebhookSubscription.objects.filter(url=obj.url).exclude(pk=obj.pk)
+        if twins:
+            self.message_user(
+                request,
+                f"Subscription(s) {', '.join(str(t.pk) for t in twins)} already send to "
+                f"{obj.url}: events both subscribe to will be delivered to it more than once.",
+                messages.WARNING,
+            )
+        if not change:
+            self._show_secret(request, obj)
+
+    def _show_secret(self, request, subscription):
+        self.message_user(
+            request,
+            f"Signing secret for {subscription.url} (shown once, not stored): "
+            f"{subscription_secret(subscription)}",
+            messages.WARNING,
+        )
+
+    @admin.action(description="Rotate the signing secret and show the new one")
+    def rotate_secret(self, request, queryset):
+        for subscription in queryset:
+            subscription.secret_version += 1
+            subscription.save(update_fields=["secret_version", "updated_at"])
+            self._show_secret(request, subscription)
+            record(
+                request, [subscription], f"Secret rotated (version {subscription.secret_version})."
+            )
+
+    @admin.action(description="Send a signed test event now")
+    def send_test(self, request, queryset):
+        for subscription in queryset:
+            status, excerpt, error = send_test_event(subscription)
+            outcome = error or f"HTTP {status}"
+            ok = status is not None and 200 <= status < 300
+            self.message_user(
+                request,
+                f"Test event to {subscription.url}: {outcome}"
+                + (f" ({excerpt[:200]})" if excerpt else ""),
+                messages.SUCCESS if ok else messages.ERROR,
+            )
+            record(request, [subscription], f"Test event sent: {outcome}.")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "event_type",
+        "job",
+        "receiver",
+        "state",
+        "attempts",
+        "last_status_code",
+        "next_attempt",
+        "delivered",
+    ]
+    list_filter = ["state", "subscription"]
+    search_fields = ["subscription__url"]
+    search_help_text = "An event id or job id (whole), an HTTP status, or the start of the URL."
+    list_select_related = ["event", "subscription"]
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    actions = ["retry_dead"]
+    fields = [
+        "event_link",
+        "subscription",
+        "state",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "last_response_excerpt",
+        "next_attempt_at",
+        "delivered_at",
+        "created_at",
+        "sent_headers",
+        "sent_body",
+    ]
+    readonly_fields = fields
+
+    @admin.display(description="event", ordering="event__type")
+    def event_type(self, delivery: WebhookDelivery) -> str:
+        return delivery.event.type
+
+    @admin.display(description="job")
+    def job(self, delivery: WebhookDelivery):
+        url = reverse("admin:jobtracking_extractionjob_change", args=[delivery.event.job_id])
+        return format_html('<a href="{}">{}</a>', url, str(delivery.event.job_id)[-12:])
+
+    @admin.display(description="receiver")
+    def receiver(self, delivery: WebhookDelivery):
+        url = delivery.subscription.url
+        return format_html(
+            '<span title="{}">{}</span>', url, url if len(url) <= 40 else url[:39] + "…"
+        )
+
+    @admin.display(description="next attempt", ordering="next_attempt_at")
+    def next_attempt(self, delivery: WebhookDelivery) -> str:
+        return moment(delivery.next_attempt_at)
+
+    @admin.display(description="delivered", ordering="delivered_at")
+    def delivered(self, delivery: WebhookDelivery) -> str:
+        return moment(delivery.delivered_at)
+
+    @admin.display(description="event")
+    def event_link(self, delivery: WebhookDelivery):
+        return format_html(
+            "{} <small>({})</small> — job {}",
+            delivery.event.type,
+            delivery.event.event_id,
+            self.job(delivery),
+        )
+
+    @admin.display(description="headers sent")
+    def sent_headers(self, delivery: WebhookDelivery):
+        # The signature is a credential for this body: shown redacted, like every secret.
+        headers = delivery_headers(
+            str(delivery.event.event_id), "(the time of each attempt)", "v1,<redacted>"
+        )
+        return format_html("<pre>{}</pre>", "\n".join(f"{k}: {v}" for k, v in headers.items()))
+
+    @admin.display(description="body sent")
+    def sent_body(self, delivery: WebhookDelivery):
+        body = json.loads(delivery_body(delivery.event))
+        return format_html("<pre>{}</pre>", json.dumps(body, indent=2, ensure_ascii=False))
+
+    def get_search_results(self, request, queryset, search_term):
+        # Exact ids and a URL prefix: each is an index lookup, or the small subscriptions table.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        query = Q(subscription__url__startswith=term)
+        with contextlib.suppress(ValueError):
+            value = uuid.UUID(term)
+            query |= Q(event__event_id=value) | Q(event__job_id=value)
+        if term.isascii() and term.isdigit() and len(term) == 3:
+            query |= Q(last_status_code=int(term))
+        return queryset.filter(query), False
+
+    def has_retry_permission(self, request) -> bool:
+        return request.user.has_perm("jobtracking.view_webhookdelivery") and request.user.has_perm(
+            "jobtracking.change_webhooksubscription"
+        )
+
+    @admin.action(description="Retry selected dead deliveries", permissions=["retry"])
+    def retry_dead(self, request, queryset):
+        dead = list(queryset.filter(state=DeliveryState.DEAD))
+        count = delivery_retry(queryset=queryset.filter(pk__in=[d.pk for d in dead]))
+        record(request, dead, "Retried (was dead).")
+        self.message_user(request, f"{count} dead delivery(ies) scheduled again.")

@@ -1,0 +1,245 @@
+"""The job page as staff use it: summary, timeline, results, upload, and the Requeue and Cancel
+buttons with their permissions and their LogEntry."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.core.files.base import ContentFile
+from django.db import connection
+from django.utils import timezone
+
+from jobtracking.admin.common import span
+from jobtracking.admin.job_page import page_texts
+from jobtracking.models import ExtractionJob, JobStatusChange
+from jobtracking.services import Actor, job_create, job_transition
+from tests.factories import ExtractionJobFactory, ExtractionResultFactory, ExtractorFactory
+from tests.jobtracking.admin.test_admin import JOBS, OPERATOR, staff
+
+pytestmark = pytest.mark.django_db
+
+
+def page(client, job) -> str:
+    response = client.get(f"{JOBS}{job.pk}/change/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+@pytest.fixture
+def operator(client):
+    user = staff(*OPERATOR, "requeue_extractionjob", "cancel_extractionjob")
+    client.force_login(user)
+    return user
+
+
+def record_error(job) -> None:
+    job.error_code, job.error_message = "extraction_failed", "Page 3 is unreadable"
+
+
+@pytest.fixture
+def failed_job():
+    job = job_create(
+        extractor=ExtractorFactory(slug="sandbox"),
+        actor=Actor("api"),
+        file_id="ledger",
+        file_name="ledger.pdf",
+        source_url="https://files.example.org/ledger.pdf",
+    )
+    job_transition(
+        job_id=job.pk,
+        to_status="submitting",
+        actor=Actor.system(),
+        details={"http_status": 202, "external_job_id": "ext-77"},
+    )
+    job_transition(
+        job_id=job.pk,
+        to_status="failed",
+        actor=Actor.system(),
+        reason="the extractor said: corrupt",
+        prepare=record_error,
+    )
+    return ExtractionJob.objects.get(pk=job.pk)
+
+
+def test_summary_comes_first_with_the_error(operator, client, failed_job):
+    html = page(client, failed_job)
+    summary = html[html.index('id="job-summary"') : html.index('id="timeline-module"')]
+    for expected in ("Failed", "extraction_failed", "Page 3 is unreadable", "Attempt", "sandbox"):
+        assert expected in summary
+    # The summary and timeline sit above the field groups; engine internals are collapsed.
+    assert html.index('id="job-summary"') < html.index('class="fieldset-heading">File</h2>')
+    assert 'class="module aligned collapse"' in html or "<details" in html
+
+
+def test_timeline_has_seconds_durations_details_and_attempts(operator, client, failed_job):
+    changes = list(JobStatusChange.objects.filter(job=failed_job).order_by("changed_at"))
+    html = page(client, failed_job)
+    timeline = html[html.index('id="timeline"') : html.index('id="results-module"')]
+    assert changes[0].changed_at.strftime("%H:%M:%S") in timeline
+    assert "http_status: 202" in timeline and "external_job_id: ext-77" in timeline
+    assert "the extractor said: corrupt" in timeline
+    assert timeline.count("Attempt 1") == 1 and "final" in timeline
+    assert span(changes[2].changed_at - changes[1].changed_at) in timeline
+
+
+def test_a_requeued_job_shows_each_attempt_apart(operator, client, failed_job):
+    client.post(f"{JOBS}{failed_job.pk}/requeue/", {"reason": "fixed"})
+    timeline = page(client, failed_job).split('id="timeline"')[1]
+    assert "Attempt 1" in timeline and "Attempt 2" in timeline and "so far" in timeline
+
+
+def test_requeue_button_asks_for_a_reason_and_records_it(operator, client, failed_job):
+    assert 'id="requeue-button"' in page(client, failed_job)
+    assert 'id="cancel-button"' not in page(client, failed_job)  # terminal: nothing to cancel
+    form = client.get(f"{JOBS}{failed_job.pk}/requeue/").content.decode()
+    assert 'name="reason"' in form and "attempt 2" in form
+
+    response = client.post(
+        f"{JOBS}{failed_job.pk}/requeue/", {"reason": "extractor fixed", "priority": "0"}
+    )
+    assert response.status_code == 302
+    job = ExtractionJob.objects.get(pk=failed_job.pk)
+    assert (job.status_id, job.attempt, job.priority) == ("pending", 2, 0)
+    change = JobStatusChange.objects.filter(job=job).latest("changed_at")
+    assert (change.actor_type, change.actor) == ("admin", operator)
+    assert change.reason == "extractor fixed"
+    entry = LogEntry.objects.get(object_id=str(job.pk))
+    assert entry.user == operator and "extractor fixed" in entry.change_message
+    history = client.get(f"{JOBS}{job.pk}/history/").content.decode()
+    assert "extractor fixed" in history
+
+
+def test_requeueing_a_succeeded_job_needs_force(operator, client):
+    job = ExtractionJobFactory(succeeded=True)
+    form = client.get(f"{JOBS}{job.pk}/requeue/").content.decode()
+    assert "tick Force" in form
+    refused = client.post(f"{JOBS}{job.pk}/requeue/", {"reason": "again"}, follow=True)
+    assert "Not requeued" in refused.content.decode()
+    assert ExtractionJob.objects.get(pk=job.pk).status_id == "succeeded"
+    assert not LogEntry.objects.exists()
+    client.post(f"{JOBS}{job.pk}/requeue/", {"reason": "again", "force": "on"})
+    assert ExtractionJob.objects.get(pk=job.pk).status_id == "pending"
+
+
+def test_cancel_button_cancels_an_active_job(operator, client):
+    job = job_create(
+        extractor=ExtractorFactory(),
+        actor=Actor("api"),
+        file_id="f",
+        source_url="https://files.example.org/f.pdf",
+    )
+    assert 'id="cancel-button"' in page(client, job)
+    client.post(f"{JOBS}{job.pk}/cancel/", {"reason": "duplicate upload"})
+    job.refresh_from_db()
+    assert job.status_id == "cancelled"
+    assert "duplicate upload" in LogEntry.objects.get(object_id=str(job.pk)).change_message
+
+
+def test_buttons_check_the_action_permissions(client, failed_job):
+    viewer = staff(*OPERATOR)
+    client.force_login(viewer)
+    assert 'id="requeue-button"' not in page(client, failed_job)
+    assert client.get(f"{JOBS}{failed_job.pk}/requeue/").status_code == 403
+    assert client.post(f"{JOBS}{failed_job.pk}/requeue/", {"reason": "x"}).status_code == 403
+    assert ExtractionJob.objects.get(pk=failed_job.pk).status_id == "failed"
+
+
+def test_staff_without_view_all_do_not_reach_other_clients_jobs(client, failed_job):
+    client.force_login(staff("view_extractionjob", "requeue_extractionjob"))
+    assert client.get(f"{JOBS}{failed_job.pk}/requeue/").status_code == 404
+    assert client.get(f"{JOBS}{failed_job.pk}/upload/").status_code == 404
+
+
+def test_list_actions_write_log_entries(operator, client, failed_job):
+    client.post(
+        JOBS,
+        {"action": "requeue_selected", "_selected_action": [failed_job.pk], "reason": "batch"},
+    )
+    entry = LogEntry.objects.get(object_id=str(failed_job.pk))
+    assert "batch" in entry.change_message
+    assert str(failed_job.pk) in client.get("/admin/").content.decode()  # Recent actions
+
+
+def test_the_upload_is_downloadable(operator, client):
+    job = job_create(
+        extractor=ExtractorFactory(),
+        actor=Actor("api"),
+        file_id="csv-1",
+        file_name="budget.csv",
+        content_type="text/csv",
+        upload=ContentFile(b"item,amount\nrent,100\n", name="budget.csv"),
+    )
+    assert "Download budget.csv" in page(client, job)
+    response = client.get(f"{JOBS}{job.pk}/upload/")
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == b"item,amount\nrent,100\n"
+    assert response["Content-Disposition"].startswith("attachment")
+
+
+def test_a_url_job_has_no_upload_to_download(operator, client, failed_job):
+    assert "sent by URL" in page(client, failed_job)
+    assert client.get(f"{JOBS}{failed_job.pk}/upload/").status_code == 404
+
+
+def test_the_full_result_shows_pretty_json_and_text_per_page(operator, client):
+    long_text = "Revenue grew. " * 100
+    result = ExtractionResultFactory(
+        payload={"pages": [{"number": 1, "text": long_text}, {"number": 2, "text": "Page two"}]}
+    )
+    html = page(client, result.job)
+    assert f"{JOBS}{result.job.pk}/results/{result.attempt}/" in html
+    full = client.get(f"{JOBS}{result.job.pk}/results/{result.attempt}/").content.decode()
+    assert long_text.strip() in full and "Page 2" in full and "Page two" in full
+    assert "\n  &quot;pages&quot;: [" in full  # pretty-printed
+    download = client.get(f"{JOBS}{result.job.pk}/results/{result.attempt}/?download=1")
+    assert json.loads(download.content)["pages"][1]["text"] == "Page two"
+
+
+def test_page_texts_read_the_azure_shape():
+    azure = {
+        "content": "Hello world\nSecond page",
+        "pages": [
+            {"pageNumber": 1, "lines": [{"content": "Hello"}, {"content": "world"}]},
+            {"pageNumber": 2, "spans": [{"offset": 12, "length": 11}]},
+        ],
+    }
+    assert page_texts(azure) == [(1, "Hello\nworld"), (2, "Second page")]
+    assert page_texts({"status": "no pages"}) == []
+
+
+def test_the_short_id_shown_in_the_list_is_searchable(operator, client, failed_job):
+    other = ExtractionJobFactory()
+    short = str(failed_job.pk)[-12:]
+    listing = client.get(f"{JOBS}?q={short}").content.decode()
+    assert str(failed_job.pk) in listing and str(other.pk) not in listing
+    assert str(failed_job.pk) in client.get(f"{JOBS}?q={short.upper()}").content.decode()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+def test_short_id_search_is_index_backed(failed_job):
+    from jobtracking.models import SHORT_ID
+
+    query = ExtractionJob.objects.alias(short_id=SHORT_ID).filter(short_id="abc")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = query.query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "job_short_id_idx" in plan
+
+
+def test_filters_and_columns_use_labels_and_second_precision(operator, client, failed_job):
+    listing = client.get(JOBS).content.decode()
+    assert "Timed out" in listing and "timed_out</a>" not in listing
+    local = timezone.localtime(failed_job.created_at)
+    assert local.strftime("%Y-%m-%d %H:%M:%S") in listing
+    filtered = client.get(f"{JOBS}?status=failed").content.decode()
+    assert str(failed_job.pk) in filtered
+
+
+def test_span_reads_well():
+    assert span(timedelta(seconds=0.42)) == "0.4 s"
+    assert span(timedelta(seconds=75)) == "1 min 15 s"
+    assert span(timedelta(hours=2, minutes=5)) == "2 h 5 min"
+    assert span(timedelta(days=3, hours=4)) == "3 d 4 h"
