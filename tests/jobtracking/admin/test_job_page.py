@@ -15,7 +15,7 @@ from jobtracking.admin.job_page import page_texts
 from jobtracking.models import ExtractionJob, JobStatusChange
 from jobtracking.services import Actor, job_create, job_transition
 from tests.factories import ExtractionJobFactory, ExtractionResultFactory, ExtractorFactory
-from tests.jobtracking.admin.test_admin import JOBS, OPERATOR, staff
+from tests.jobtracking.admin.conftest import JOBS, OPERATOR, staff
 
 pytestmark = pytest.mark.django_db
 
