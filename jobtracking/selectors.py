@@ -108,5 +108,10 @@ def _turnaround_percentiles(completed: QuerySet[ExtractionJob]) -> dict[str, flo
     return dict(zip(names, values or [None] * len(names), strict=True))
 
 
+# How recently each kind of process must have beaten to count as alive: the cluster's beat is a
+# scheduled task (every minute), the dispatcher beats from its loop.
+LIVENESS_WINDOWS = {"cluster": timedelta(seconds=180), "dispatcher": timedelta(seconds=30)}
+
+
 def heartbeats(*, kind: str, within: timedelta) -> list[ServiceHeartbeat]:
     return list(ServiceHeartbeat.objects.filter(kind=kind, beat_at__gte=timezone.now() - within))

@@ -42,7 +42,14 @@ from jobtracking.errors import JobValidationError
 from jobtracking.filetypes import HEAD_BYTES, content_matches
 from jobtracking.metrics import render as render_metrics
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatus
-from jobtracking.selectors import event_list, heartbeats, job_list, job_may_act, job_stats
+from jobtracking.selectors import (
+    LIVENESS_WINDOWS,
+    event_list,
+    heartbeats,
+    job_list,
+    job_may_act,
+    job_stats,
+)
 from jobtracking.services import (
     Actor,
     job_cancel,
@@ -366,8 +373,8 @@ class ReadyzView(APIView):
         except Exception as error:  # any failure means not ready; say which kind
             checks["database"] = {"ok": False, "error": type(error).__name__}
         if checks["database"]["ok"]:
-            for kind, within in (("cluster", 180), ("dispatcher", 30)):
-                alive = heartbeats(kind=kind, within=timedelta(seconds=within))
+            for kind, within in LIVENESS_WINDOWS.items():
+                alive = heartbeats(kind=kind, within=within)
                 # Host names are for staff; clients learn only how many are alive.
                 names = [beat.name for beat in alive] if request.user.is_staff else len(alive)
                 checks[kind] = {"ok": bool(alive), "alive": names}
