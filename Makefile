@@ -32,8 +32,10 @@ bench: install
 	.ci/with_postgres.sh $(PY) -m bench.operations
 	.ci/with_postgres.sh $(PY) -m bench.admin
 
+# PORT and SANDBOX_PORT choose the ports (8000, 8765); VERBOSE=1 shows django-q2's task lines.
 run: install
-	$(PY) manage.py migrate --no-input
+	@$(PY) manage.py run_stack --check-ports
+	$(PY) manage.py migrate --no-input -v 0
 	$(PY) manage.py setup_schedules
 	$(PY) manage.py seed_demo
-	$(PY) manage.py run_stack
+	$(PY) manage.py run_stack $(if $(VERBOSE),--verbose)

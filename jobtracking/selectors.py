@@ -90,22 +90,41 @@ def queue_by_priority(jobs: QuerySet[ExtractionJob]) -> dict[str, dict[str, Any]
     return queue
 
 
+PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+
+
 def _turnaround_percentiles(completed: QuerySet[ExtractionJob]) -> dict[str, float | None]:
-    names = ("p50", "p90", "p95", "p99")
+    succeeded = completed.filter(status=states.SUCCEEDED).order_by()
     if connection.vendor != "postgresql":
-        return dict.fromkeys(names)
-    sql, params = (
-        completed.filter(status=states.SUCCEEDED).order_by().values("pk").query.sql_with_params()
-    )
+        return _percentiles_in_python(succeeded)
+    sql, params = succeeded.values("pk").query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT percentile_cont(ARRAY[0.5, 0.9, 0.95, 0.99]) WITHIN GROUP "
+            "SELECT percentile_cont(%s) WITHIN GROUP "
             "(ORDER BY EXTRACT(EPOCH FROM j.completed_at - j.created_at)) "
             f"FROM {ExtractionJob._meta.db_table} j WHERE j.id IN ({sql})",
-            params,
+            [list(PERCENTILES.values()), *params],
         )
         (values,) = cursor.fetchone()
-    return dict(zip(names, values or [None] * len(names), strict=True))
+    return dict(zip(PERCENTILES, values or [None] * len(PERCENTILES), strict=True))
+
+
+def _percentiles_in_python(succeeded: QuerySet[ExtractionJob]) -> dict[str, float | None]:
+    """SQLite (the `make run` default) has no percentile_cont: the same linear interpolation
+    over the window's turnarounds, read into memory (a development database is small)."""
+    spans = sorted(
+        (done - created).total_seconds()
+        for created, done in succeeded.values_list("created_at", "completed_at")
+    )
+    if not spans:
+        return dict.fromkeys(PERCENTILES)
+    result = {}
+    for name, fraction in PERCENTILES.items():
+        position = fraction * (len(spans) - 1)
+        low = int(position)
+        high = min(low + 1, len(spans) - 1)
+        result[name] = spans[low] + (spans[high] - spans[low]) * (position - low)
+    return result
 
 
 # How recently each kind of process must have beaten to count as alive: the cluster's beat is a

@@ -193,6 +193,13 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # django-q2 writes a line per task enqueued and run: noise in commands and `make run`,
+        # and in production the engine logs each job's moves itself. Q_LOG_LEVEL=INFO shows them.
+        "django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},
+        # The lockout app's start-up banner, printed by every manage.py command.
+        "axes.apps": {"level": "WARNING"},
+    },
 }
 
 # Extractor keys are read only from environment variables whose names match these patterns

@@ -12,6 +12,12 @@ from jobtracking.models import ExtractionJob, WebhookSubscription
 from jobtracking.services import Actor, job_create
 
 DEMO_ADMIN = "admin"
+
+
+def demo_login() -> tuple[str, str]:
+    return DEMO_ADMIN, os.environ.get("DEMO_ADMIN_PASSWORD", "fluxx-demo")
+
+
 SAMPLES = Path(__file__).resolve().parents[3] / "extraction" / "sandbox" / "samples"
 
 
@@ -24,12 +30,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--sandbox-url",
-            default=os.environ.get("SANDBOX_URL", "http://127.0.0.1:8765"),
+            default=os.environ.get(
+                "SANDBOX_URL", f"http://127.0.0.1:{os.environ.get('SANDBOX_PORT', '8765')}"
+            ),
             help="Where the bundled sandbox extractor listens.",
         )
 
     def handle(self, *args, **options):
-        password = os.environ.get("DEMO_ADMIN_PASSWORD", "fluxx-demo")
+        _, password = demo_login()
         user, created = get_user_model().objects.get_or_create(
             username=DEMO_ADMIN, defaults={"is_staff": True, "is_superuser": True}
         )

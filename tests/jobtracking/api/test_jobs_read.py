@@ -416,3 +416,21 @@ def test_the_fast_representation_is_drfs_own(jobs, rf):
         serializer = ExtractionJobSerializer(job, context={"request": request})
         generic = serializers.ModelSerializer.to_representation(serializer, job)
         assert serializer.data == generic
+
+
+def test_turnaround_percentiles_without_postgresql_match_postgresqls():
+    from jobtracking.selectors import _percentiles_in_python, _turnaround_percentiles
+
+    now = timezone.now()
+    for minutes in (1, 2, 3, 5, 8, 13, 21):
+        ExtractionJobFactory(
+            succeeded=True,
+            created_at=now - timedelta(minutes=minutes),
+            completed_at=now,
+        )
+    ExtractionJobFactory(failed=True, created_at=now - timedelta(hours=5), completed_at=now)
+    completed = ExtractionJob.objects.filter(completed_at__gte=now - timedelta(hours=1))
+    in_python = _percentiles_in_python(completed.filter(status="succeeded"))
+    assert in_python == pytest.approx(_turnaround_percentiles(completed))
+    assert in_python["p50"] == pytest.approx(300)
+    assert _percentiles_in_python(completed.none()) == dict.fromkeys(["p50", "p90", "p95", "p99"])
