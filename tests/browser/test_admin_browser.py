@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.files.base import ContentFile
+from django.utils import timezone
 
-from jobtracking.models import ExtractionJob
+from jobtracking.models import ExtractionJob, ServiceHeartbeat
 from jobtracking.services import Actor, job_create, job_transition
-from tests.factories import ExtractorFactory
+from tests.factories import ExtractionResultFactory, ExtractorFactory, WebhookDeliveryFactory
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
@@ -43,67 +45,163 @@ def browser_page(live_server, monkeypatch):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        # The narrowest common laptop screen: every column must be readable at this width.
+        page = browser.new_page(viewport={"width": 1366, "height": 900}, accept_downloads=True)
         yield page
         browser.close()
 
 
-def test_staff_logs_in_filters_opens_a_timeline_requeues_and_sees_the_dashboard(
-    live_server, browser_page
-):
-    get_user_model().objects.create_superuser("root", "root@example.org", "browser-pass-1")
-    extractor = ExtractorFactory(slug="sandbox")
-    failed = job_create(
-        extractor=extractor,
-        actor=Actor("api"),
-        file_id="audit-2024",
-        file_name="audited-statement.pdf",
-        source_url="https://files.example.org/a.pdf",
-    )
-    job_transition(job_id=failed.pk, to_status="failed", actor=Actor.system(), reason="corrupt")
-    job_create(
-        extractor=extractor,
-        actor=Actor("api"),
-        file_id="budget-2024",
-        file_name="budget.csv",
-        source_url="https://files.example.org/b.csv",
-    )
-    page = browser_page
+PASSWORD = "browser-pass-1"
 
+
+@pytest.fixture
+def staff_page(live_server, browser_page):
+    get_user_model().objects.create_superuser("root", "root@example.org", PASSWORD)
+    page = browser_page
     page.goto(f"{live_server.url}/admin/")
     page.fill("#id_username", "root")
-    page.fill("#id_password", "browser-pass-1")
+    page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_selector("text=Open the jobs dashboard")
+    return page
+
+
+def make_job(extractor, file_id, **fields):
+    return job_create(extractor=extractor, actor=Actor("api"), file_id=file_id, **fields)
+
+
+def no_horizontal_scroll(page) -> bool:
+    return page.evaluate(
+        "() => { const r = document.querySelector('.results');"
+        " return r.scrollWidth <= r.clientWidth; }"
+    )
+
+
+def test_staff_filter_search_by_short_id_and_read_every_column(live_server, staff_page):
+    extractor = ExtractorFactory(slug="sandbox")
+    failed = make_job(
+        extractor,
+        "audit-2024",
+        file_name="audited-statement.pdf",
+        source_url="https://f.example.org/a",
+    )
+    job_transition(job_id=failed.pk, to_status="failed", actor=Actor.system(), reason="corrupt")
+    ExtractionJob.objects.filter(pk=failed.pk).update(error_code="extractor_unavailable")
+    other = make_job(
+        extractor, "budget-2024", file_name="budget.csv", source_url="https://f.example.org/b"
+    )
+    page = staff_page
     page.screenshot(path=str(ARTIFACTS / "01-admin-index.png"))
 
     page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/")
+    assert no_horizontal_scroll(page)
+    assert "Timed out" in page.locator("#changelist-filter").inner_text()
     page.click("#changelist-filter >> text=Failed")
-    page.wait_for_url("**status__code__exact=failed**")
+    page.wait_for_url("**status=failed**")
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 1 and "audited-statement.pdf" in rows.first.inner_text()
+    assert "extractor_unavailable" in rows.first.inner_text()
     page.screenshot(path=str(ARTIFACTS / "02-jobs-filtered.png"), full_page=True)
 
-    rows.first.locator("th a, td a").first.click()
-    page.wait_for_selector("text=Status timeline")
-    timeline = page.locator("text=Status timeline").locator("xpath=ancestor::fieldset[1]")
-    assert "corrupt" in timeline.inner_text()
-    page.screenshot(path=str(ARTIFACTS / "03-job-timeline.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/")
+    short_id = str(other.pk)[-12:]
+    page.fill("#searchbar", short_id)
+    page.press("#searchbar", "Enter")
+    page.wait_for_url(f"**q={short_id}**")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 1 and short_id in rows.first.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "03-search-short-id.png"), full_page=True)
 
-    page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/?status__code__exact=failed")
-    page.check("#result_list tbody input.action-select")
-    page.select_option("select[name=action]", "requeue_selected")
-    page.fill("input[name=reason]", "extractor fixed")
-    page.click("button[name=index]")
+    WebhookDeliveryFactory(subscription__url="https://hooks.example.org/" + "receiver/" * 8)
+    page.goto(f"{live_server.url}/admin/jobtracking/webhookdelivery/")
+    assert no_horizontal_scroll(page)
+    assert "delivered" in page.locator("#result_list thead").inner_text().lower()
+    page.screenshot(path=str(ARTIFACTS / "04-deliveries.png"), full_page=True)
+
+
+def test_job_page_timeline_result_upload_and_requeue_button(live_server, staff_page):
+    extractor = ExtractorFactory(slug="sandbox")
+    job = make_job(
+        extractor,
+        "budget-csv",
+        file_name="budget.csv",
+        content_type="text/csv",
+        upload=ContentFile(b"item,amount\nrent,100\n", name="budget.csv"),
+    )
+    job_transition(job_id=job.pk, to_status="submitting", actor=Actor.system())
+    job_transition(
+        job_id=job.pk,
+        to_status="submitted",
+        actor=Actor.system(),
+        details={"external_job_id": "ext-42", "http_status": 202},
+    )
+    job_transition(job_id=job.pk, to_status="failed", actor=Actor.system(), reason="corrupt")
+    ExtractionResultFactory(
+        job=job, attempt=1, payload={"pages": [{"number": 1, "text": "Rent: 100"}]}
+    )
+    page = staff_page
+
+    page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/{job.pk}/change/")
+    summary = page.locator("#job-summary").inner_text()
+    assert "Failed" in summary and "sandbox" in summary
+    timeline = page.locator("#timeline").inner_text()
+    assert "external_job_id: ext-42" in timeline and "Attempt 1" in timeline
+    assert timezone.localtime(job.created_at).strftime("%H:%M:%S") in timeline
+    page.screenshot(path=str(ARTIFACTS / "05-job-page.png"), full_page=True)
+
+    with page.expect_download() as download:
+        page.click("text=Download budget.csv")
+    assert Path(download.value.path()).read_bytes() == b"item,amount\nrent,100\n"
+
+    page.click("a.result-link")
+    page.wait_for_selector("#result-json")
+    assert "Rent: 100" in page.locator(".page-text").first.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "06-job-result.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/{job.pk}/change/")
+    page.click("#requeue-button")
+    page.fill("textarea[name=reason]", "extractor fixed")
+    page.screenshot(path=str(ARTIFACTS / "07-requeue-form.png"), full_page=True)
+    page.click("#act-form input[type=submit]")
     page.wait_for_selector(".messagelist")
-    assert "1 job(s) requeued" in page.locator(".messagelist").inner_text()
-    page.screenshot(path=str(ARTIFACTS / "04-requeued.png"), full_page=True)
-    requeued = ExtractionJob.objects.get(pk=failed.pk)
-    assert (requeued.status_id, requeued.attempt) == ("pending", 2)
+    assert "Job requeued" in page.locator(".messagelist").inner_text()
+    assert "Attempt 2" in page.locator("#timeline").inner_text()
+    assert "extractor fixed" in page.locator("#timeline").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "08-requeued.png"), full_page=True)
+    assert (
+        ExtractionJob.objects.get(pk=job.pk).status_id,
+        ExtractionJob.objects.get(pk=job.pk).attempt,
+    ) == ("pending", 2)
 
+    page.click("text=History")
+    assert "extractor fixed" in page.locator("#change-history").inner_text()
+
+
+def test_the_dashboard_refreshes_in_place_and_shows_liveness(live_server, staff_page):
+    extractor = ExtractorFactory(slug="sandbox")
+    make_job(extractor, "first", source_url="https://f.example.org/1")
+    page = staff_page
     page.goto(f"{live_server.url}/admin/dashboard/")
     page.wait_for_selector("#throughput")
-    assert "Jobs by status" in page.content()
-    assert page.locator("#oldest tr").count() >= 2
-    page.screenshot(path=str(ARTIFACTS / "05-dashboard.png"), full_page=True)
-    assert len(list(ARTIFACTS.glob("*.png"))) >= 5
+    assert "No live dispatcher" in page.locator("#liveness").inner_text()
+    page.evaluate("() => { window.notReloaded = true; }")
+
+    ServiceHeartbeat.objects.create(
+        name="dispatcher@box", kind="dispatcher", beat_at=timezone.now()
+    )
+    ServiceHeartbeat.objects.create(name="cluster@box", kind="cluster", beat_at=timezone.now())
+    make_job(extractor, "second", source_url="https://f.example.org/2")
+    page.wait_for_function(
+        "() => document.querySelector('#liveness').innerText.includes('dispatcher@box')",
+        timeout=15000,
+    )
+    assert page.evaluate("() => window.notReloaded === true")  # swapped in place, not reloaded
+    assert "No live" not in page.locator("#liveness").inner_text()
+    assert "alive" in page.locator("#liveness").inner_text()
+    pending = page.locator(".status-counts a").first
+    assert pending.inner_text() == "2"
+    page.screenshot(path=str(ARTIFACTS / "09-dashboard.png"), full_page=True)
+    pending.click()
+    page.wait_for_url("**status=pending**")
+    assert page.locator("#result_list tbody tr").count() == 2
+    assert len(list(ARTIFACTS.glob("*.png"))) >= 9
