@@ -1,15 +1,12 @@
 """The jobs list: filters, index-backed search (short id included), bulk actions and CSV."""
 
-import contextlib
 import csv
-import uuid
 from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -28,8 +25,8 @@ from jobtracking.admin.common import (
 from jobtracking.admin.job_page import JobPageViews
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.errors import ApplicationError
-from jobtracking.models import SHORT_ID, ActorType, ExtractionJob, JobEvent, Priority
-from jobtracking.selectors import job_list, job_may_act
+from jobtracking.models import ActorType, ExtractionJob, JobEvent, Priority
+from jobtracking.selectors import job_list, job_may_act, job_search
 from jobtracking.services import Actor, job_cancel, job_requeue, jobs_set_priority
 
 # A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
@@ -260,17 +257,8 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
         return job_list(user=request.user).select_related(None).select_related("extractor")
 
     def get_search_results(self, request, queryset, search_term):
-        # Exact matches and a prefix only: each uses an index even with millions of jobs.
         term = search_term.strip()
-        if not term:
-            return queryset, False
-        query = Q(file_id=term) | Q(external_job_id=term) | Q(file_name__startswith=term)
-        with contextlib.suppress(ValueError):
-            query |= Q(pk=uuid.UUID(term))
-        if len(term) == 12:
-            queryset = queryset.alias(short_id=SHORT_ID)
-            query |= Q(short_id=term.lower())
-        return queryset.filter(query), False
+        return (job_search(queryset, term) if term else queryset), False
 
     def has_requeue_permission(self, request) -> bool:
         return request.user.has_perm("jobtracking.requeue_extractionjob")

@@ -102,7 +102,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
         "receiver",
         "state",
         "attempts",
-        "last_status_code",
+        "http_status",
         "next_attempt",
         "delivered",
     ]
@@ -142,8 +142,12 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     def receiver(self, delivery: WebhookDelivery):
         url = delivery.subscription.url
         return format_html(
-            '<span title="{}">{}</span>', url, url if len(url) <= 40 else url[:39] + "…"
+            '<span title="{}">{}</span>', url, url if len(url) <= 32 else url[:31] + "…"
         )
+
+    @admin.display(description="HTTP", ordering="last_status_code")
+    def http_status(self, delivery: WebhookDelivery):
+        return delivery.last_status_code or "—"
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_attempt(self, delivery: WebhookDelivery) -> str:

@@ -1,15 +1,13 @@
-import contextlib
-import uuid
 from datetime import UTC
 
 import django_filters
 from django import forms
-from django.db.models import Q
 from django_filters.fields import IsoDateTimeField
 
 from extraction.errors import ErrorCode
 from jobtracking import states
 from jobtracking.models import ExtractionJob, JobEvent, Priority
+from jobtracking.selectors import job_search
 
 
 class UtcIsoDateTimeField(IsoDateTimeField):
@@ -39,7 +37,7 @@ class JobFilterSet(django_filters.FilterSet):
     )
     extractor = django_filters.CharFilter(field_name="extractor__slug", help_text="Slug.")
     priority = django_filters.ChoiceFilter(
-        choices=[(p.code, p.label) for p in Priority], method="filter_priority"
+        choices=[(p.code, p.label) for p in Priority], method="filter_priority", label="Priority"
     )
     file_id = django_filters.CharFilter()
     external_job_id = django_filters.CharFilter()
@@ -53,7 +51,9 @@ class JobFilterSet(django_filters.FilterSet):
     completed_before = UtcIsoDateTimeFilter(field_name="completed_at", lookup_expr="lt")
     search = django_filters.CharFilter(
         method="filter_search",
-        help_text="A job id, file id or external id (exact), or the start of a file name.",
+        label="Search",
+        help_text="A job id (whole, or its last 12 characters), file id or external id (exact), "
+        "or the start of a file name.",
     )
 
     class Meta:
@@ -64,11 +64,7 @@ class JobFilterSet(django_filters.FilterSet):
         return queryset.filter(priority=Priority.named(value))
 
     def filter_search(self, queryset, name, value):
-        # Exact matches and a prefix only: each uses an index even with millions of jobs.
-        query = Q(file_id=value) | Q(external_job_id=value) | Q(file_name__startswith=value)
-        with contextlib.suppress(ValueError):
-            query |= Q(pk=uuid.UUID(value))
-        return queryset.filter(query)
+        return job_search(queryset, value)
 
 
 class EventFilterSet(django_filters.FilterSet):
