@@ -266,7 +266,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "jobtracking.api.errors.problem_exception_handler",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
-        "rest_framework.renderers.BrowsableAPIRenderer",
+        "jobtracking.api.renderers.FormErrorsBrowsableAPIRenderer",
     ],
 }
 

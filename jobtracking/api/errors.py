@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 
 from jobtracking.api.problems import problem_type
@@ -67,8 +67,13 @@ def field_errors(detail: Any) -> dict[str, list]:
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     response = _problem_for(exc)
     request = context.get("request")
-    if response is not None and request is not None:
-        # Errors are JSON whatever the endpoint renders otherwise (YAML schema, HTML forms).
+    if response is None or request is None:
+        return response
+    if isinstance(getattr(request, "accepted_renderer", None), BrowsableAPIRenderer):
+        # A person at the browsable API: the page shows the problem, its form the field errors.
+        response.content_type = None
+    else:
+        # Errors are JSON whatever the endpoint renders otherwise (YAML schema, CSV...).
         request.accepted_renderer = JSONRenderer()
         request.accepted_media_type = "application/problem+json"
     return response
@@ -144,6 +149,8 @@ class ApiProblemMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         content_type = response.get("Content-Type", "")
+        if isinstance(getattr(response, "accepted_renderer", None), BrowsableAPIRenderer):
+            return response  # the browsable API's page, showing the problem to a person
         if (
             request.path.startswith("/api/")
             and response.status_code >= 400

@@ -4,6 +4,9 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
+from jobtracking.api.errors import problem_body
+from jobtracking.api.problems import PROBLEMS
+
 ERROR_STATUSES = {
     "400": "Invalid input (field-level `errors`)",
     "401": "Not authenticated",
@@ -29,17 +32,43 @@ class ProblemSerializer(serializers.Serializer):
     errors = serializers.DictField(required=False)
 
 
+# What some problems add to the standard members, in the examples.
+EXAMPLE_EXTRAS = {
+    "validation_error": {
+        "errors": {
+            "extractor": ["No extractor 'nope'. Available: azure-layout, sandbox."],
+            "colour": ["Unknown field. This request takes: extractor, file_id, source_url, …"],
+        }
+    },
+    "active_job_exists": {"job_id": "01939f4c-7a2e-7d4b-9a61-3f2b8c9d0e1f"},
+    "invalid_transition": {"current_status": "succeeded"},
+    "payload_too_large": {"limit": 52428800},
+}
+
+
+def problem_examples(status: int) -> dict:
+    """One example per problem code answered with `status`, from the catalogue."""
+    return {
+        code: {
+            "summary": code,
+            "value": problem_body(status, code, text, **EXAMPLE_EXTRAS.get(code, {})),
+        }
+        for code, (code_status, text) in PROBLEMS.items()
+        if code_status == status
+    }
+
+
 class ProblemAutoSchema(AutoSchema):
     def _get_response_bodies(self, direction: str = "response") -> dict:
         responses = super()._get_response_bodies(direction)
         problem = self.resolve_serializer(ProblemSerializer, "response").ref
         for status, description in ERROR_STATUSES.items():
+            content = {"schema": problem}
+            if examples := problem_examples(int(status)):
+                content["examples"] = examples
             responses.setdefault(
                 status,
-                {
-                    "description": description,
-                    "content": {"application/problem+json": {"schema": problem}},
-                },
+                {"description": description, "content": {"application/problem+json": content}},
             )
         return responses
 

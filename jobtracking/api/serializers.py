@@ -332,6 +332,7 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
 class JsonObjectField(serializers.JSONField):
     """A JSON object; in multipart forms it arrives as a JSON string."""
 
@@ -398,7 +399,9 @@ class StrictSerializer(serializers.Serializer):
 
 
 class ExtractionJobCreateSerializer(StrictSerializer):
-    extractor = ExtractorField(slug_field="slug", queryset=Extractor.objects.all())
+    extractor = ExtractorField(
+        slug_field="slug", queryset=Extractor.objects.filter(enabled=True).order_by("slug")
+    )
     file_id = serializers.CharField(max_length=255)
     file_name = serializers.CharField(max_length=255, required=False, allow_blank=True)
     content_type = serializers.CharField(max_length=100, required=False, allow_blank=True)
@@ -409,10 +412,13 @@ class ExtractionJobCreateSerializer(StrictSerializer):
     file_sha256 = serializers.RegexField(
         r"^[0-9a-f]{64}$", required=False, allow_blank=True, help_text="Lowercase hex."
     )
-    source_url = serializers.URLField(max_length=2000, required=False)
-    file = serializers.FileField(required=False, help_text="Multipart upload instead of a URL.")
-    options = JsonObjectField(required=False, default=dict)
-    metadata = JsonObjectField(required=False, default=dict)
+    source_url = serializers.URLField(max_length=2000, required=False, allow_blank=True)
+    file = serializers.FileField(
+        required=False, allow_null=True, help_text="Multipart upload instead of a URL."
+    )
+    # `initial`: the browsable API's form starts from {} (its default would be null).
+    options = JsonObjectField(required=False, default=dict, initial=dict)
+    metadata = JsonObjectField(required=False, default=dict, initial=dict)
     priority = PriorityField(required=False, help_text=PRIORITY_HELP)
 
     def validate_extractor(self, extractor: Extractor) -> Extractor:
@@ -421,6 +427,8 @@ class ExtractionJobCreateSerializer(StrictSerializer):
         return extractor
 
     def validate_source_url(self, url: str) -> str:
+        if not url:
+            return url  # as if absent (the browsable API's forms send every field)
         try:
             check_public_url(url)
         except UnsafeURLError as error:
@@ -443,7 +451,7 @@ class ExtractionJobCreateSerializer(StrictSerializer):
                 raise serializers.ValidationError({name: f"Must be at most {cap} bytes as JSON."})
         upload = data.get("file")
         if upload is not None:
-            data.setdefault("file_name", upload.name)
+            data["file_name"] = data.get("file_name") or upload.name
             data["content_type"] = data.get("content_type") or upload_type(upload)
             data["file_size"] = upload.size
         return data
@@ -460,6 +468,13 @@ class ExtractionJobCreateSerializer(StrictSerializer):
             upload.seek(0)
             data["file_digest"] = digest.hexdigest()
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class ExtractionJobJsonCreateSerializer(ExtractionJobCreateSerializer):
+    """A create as JSON, for the OpenAPI document: without the binary `file` (JSON carries no
+    upload; multipart does)."""
+
+    file = None
 
 
 def upload_type(upload) -> str:

@@ -18,6 +18,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
+from jobtracking.api.docs import (
+    events_docs,
+    extractors_docs,
+    healthz_docs,
+    jobs_docs,
+    readyz_docs,
+    stats_docs,
+    statuses_docs,
+)
 from jobtracking.api.errors import field_errors, problem, problem_body
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
@@ -27,6 +36,7 @@ from jobtracking.api.serializers import (
     BulkCreateSerializer,
     BulkResultSerializer,
     ExtractionJobCreateSerializer,
+    ExtractionJobJsonCreateSerializer,
     ExtractionJobSerializer,
     ExtractionResultSerializer,
     ExtractorSerializer,
@@ -75,6 +85,8 @@ def api_actor(request) -> Actor:
     return Actor(ActorType.API, request.user)
 
 
+@jobs_docs
+@extend_schema(tags=["jobs"])
 class ExtractionJobViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
@@ -89,6 +101,17 @@ class ExtractionJobViewSet(
     pagination_class = JobCursorPagination
     parser_classes = [SafeJSONParser, MultiPartParser, FormParser]
     lookup_value_regex = "[0-9a-fA-F-]{36}"
+
+    # What each action reads: the browsable API builds its forms from these.
+    action_serializers = {
+        "create": ExtractionJobCreateSerializer,
+        "bulk": BulkCreateSerializer,
+        "cancel": JobActionSerializer,
+        "requeue": JobRequeueSerializer,
+    }
+
+    def get_serializer_class(self):
+        return self.action_serializers.get(self.action, ExtractionJobSerializer)
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
@@ -107,7 +130,7 @@ class ExtractionJobViewSet(
 
     @extend_schema(
         request={
-            "application/json": ExtractionJobCreateSerializer,
+            "application/json": ExtractionJobJsonCreateSerializer,
             "multipart/form-data": ExtractionJobCreateSerializer,
         },
         parameters=[
@@ -283,6 +306,8 @@ def too_large() -> Response:
     return problem(413, "payload_too_large", f"Uploads are limited to {limit} bytes.", limit=limit)
 
 
+@extractors_docs
+@extend_schema(tags=["extractors"])
 class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
     """Configured extractors (reference data; keys are never shown)."""
 
@@ -298,6 +323,8 @@ class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = None
 
 
+@statuses_docs
+@extend_schema(tags=["statuses"])
 class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
     """The lifecycle's statuses (reference data)."""
 
@@ -309,6 +336,8 @@ class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = None
 
 
+@events_docs
+@extend_schema(tags=["events"])
 class JobEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """The event feed (transactional outbox), oldest first. Page with `after=<last id seen>` or
     the `next` cursor. Events appear once they are a second old, so ids never arrive out of
@@ -334,6 +363,7 @@ class StatsView(APIView):
     permission_classes = [ActionPermission]
     action_permissions = {"GET": "jobtracking.view_extractionjob"}
 
+    @stats_docs
     @extend_schema(
         parameters=[OpenApiParameter("window_hours", int, description="1 to 720, default 24")],
         responses={200: StatsSerializer},
@@ -353,6 +383,7 @@ class HealthzView(APIView):
     permission_classes = [AllowAny]
     throttle_classes = []
 
+    @healthz_docs
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
         return Response({"status": "ok"})
@@ -363,6 +394,7 @@ class ReadyzView(APIView):
 
     throttle_classes = []
 
+    @readyz_docs
     @extend_schema(responses={200: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT})
     def get(self, request):
         checks = {}

@@ -26,9 +26,13 @@ CHECKS = ",".join(
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     live_server, settings, tmp_path
 ):
-    settings.OUTBOUND_ALLOWED_HOSTS = ["files.example.org"]
+    # The schema's examples name these: their creates succeed, and the stateful phase follows
+    # the created jobs (links inferred from the schema and the Location headers) into the
+    # job's reads and actions.
+    settings.OUTBOUND_ALLOWED_HOSTS = ["files.example.org", "files.fluxx.example"]
     user = service_account("fuzzer", "view_all_extractionjobs")
     extractor = ExtractorFactory(slug="sandbox")
+    ExtractorFactory(slug="azure-layout")
     ExtractionJobFactory.create_batch(3, requested_by=user, extractor=extractor)
     ExtractionJobFactory(requested_by=user, extractor=extractor, failed=True)
     token = token_issue(user=user)
@@ -42,11 +46,11 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
             "--checks",
             CHECKS,
             "--max-examples",
-            "15",
+            "20",
             "--seed",
             "1",
             "--phases",
-            "examples,coverage,fuzzing",
+            "examples,coverage,fuzzing,stateful",
             # /readyz answers 503 on purpose here (no worker heartbeats in this test).
             "--exclude-path",
             "/readyz",

@@ -1,0 +1,212 @@
+"""What the OpenAPI document says about each operation: a summary, a description and realistic
+examples. Kept apart from the views so that they read as code."""
+
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+
+JOB_ID = "01939f4c-7a2e-7d4b-9a61-3f2b8c9d0e1f"
+JOB_URL = f"https://jobs.fluxx.example/api/v1/jobs/{JOB_ID}/"
+JOB_EXAMPLE = {
+    "id": JOB_ID,
+    "status": "processing",
+    "priority": "normal",
+    "extractor": "azure-layout",
+    "file_id": "grant-4711/budget.pdf",
+    "file_name": "budget.pdf",
+    "content_type": "application/pdf",
+    "file_size": 184320,
+    "file_sha256": "",
+    "source_url": "https://files.fluxx.example/grants/4711/budget.pdf",
+    "has_upload": False,
+    "options": {"pages": "1-3"},
+    "metadata": {"grant_id": 4711},
+    "requested_by": "fluxx-platform",
+    "attempt": 1,
+    "submit_attempts": 1,
+    "poll_count": 3,
+    "progress": 40,
+    "external_job_id": "3b1c2d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d",
+    "external_status": "running",
+    "error": None,
+    "created_at": "2026-12-03T09:15:02.118000Z",
+    "submitted_at": "2026-12-03T09:15:02.871000Z",
+    "started_at": "2026-12-03T09:15:04.002000Z",
+    "completed_at": None,
+    "updated_at": "2026-12-03T09:15:09.455000Z",
+    "deadline_at": "2026-12-03T10:15:02.118000Z",
+    "durations": {"waiting_seconds": 0.753, "processing_seconds": None, "turnaround_seconds": None},
+    "links": {
+        "self": JOB_URL,
+        "history": JOB_URL + "history/",
+        "result": JOB_URL + "result/",
+        "cancel": JOB_URL + "cancel/",
+        "requeue": JOB_URL + "requeue/",
+    },
+}
+
+CREATE_BY_URL = OpenApiExample(
+    "Create by URL",
+    summary="The extractor's file, fetched from a URL",
+    description="The service checks the URL (public address, http(s)) and hands it over.",
+    value={
+        "extractor": "azure-layout",
+        "file_id": "grant-4711/budget.pdf",
+        "file_name": "budget.pdf",
+        "source_url": "https://files.fluxx.example/grants/4711/budget.pdf",
+        "options": {"pages": "1-3"},
+        "metadata": {"grant_id": 4711},
+        "priority": "interactive",
+    },
+    request_only=True,
+    media_type="application/json",
+)
+CREATE_BY_UPLOAD = OpenApiExample(
+    "Create by upload",
+    summary="The file itself, as multipart/form-data",
+    description='curl -H "Authorization: Token $KEY" -F extractor=sandbox -F file_id=budget '
+    "-F file=@budget.csv -F 'metadata={\"grant_id\": 4711}' https://…/api/v1/jobs/",
+    value={
+        "extractor": "sandbox",
+        "file_id": "grant-4711/budget.csv",
+        "file": "(binary: budget.csv)",
+        "metadata": '{"grant_id": 4711}',
+    },
+    request_only=True,
+    media_type="multipart/form-data",
+)
+JOB_RESPONSE = OpenApiExample(
+    "A job", value=JOB_EXAMPLE, response_only=True, status_codes=["200", "201"]
+)
+BULK_REQUEST = OpenApiExample(
+    "Two jobs",
+    value={
+        "jobs": [
+            {
+                "extractor": "azure-layout",
+                "file_id": "grant-4711/budget.pdf",
+                "source_url": "https://files.fluxx.example/grants/4711/budget.pdf",
+            },
+            {"extractor": "nope", "file_id": "grant-4711/report.pdf"},
+        ]
+    },
+    request_only=True,
+)
+BULK_RESPONSE = OpenApiExample(
+    "One created, one refused",
+    value={
+        "created": 1,
+        "failed": 1,
+        "results": [
+            {"index": 0, "status": "created", "job": JOB_EXAMPLE, "error": None},
+            {
+                "index": 1,
+                "status": "error",
+                "job": None,
+                "error": {
+                    "type": "/api/problems/validation_error",
+                    "title": "Bad request",
+                    "status": 400,
+                    "code": "validation_error",
+                    "detail": "The item is invalid.",
+                    "errors": {
+                        "extractor": [
+                            "No extractor 'nope'. Available: azure-layout, sandbox "
+                            "(see GET /api/v1/extractors/)."
+                        ],
+                        "source_url": ["Give exactly one of source_url and file."],
+                    },
+                },
+            },
+        ],
+    },
+    response_only=True,
+    status_codes=["200"],
+)
+
+jobs_docs = extend_schema_view(
+    list=extend_schema(
+        summary="List jobs",
+        description="The jobs this client may see, newest first, a cursor page at a time "
+        "(`next` and `previous` are opaque links). Filter by status (repeatable), extractor, "
+        "priority, file id, external id, error code, requester and created/completed ranges; "
+        "`search` matches a job id, file id or external id exactly, or a file-name prefix.",
+    ),
+    retrieve=extend_schema(
+        summary="Get a job",
+        description="One job: where it is in its lifecycle, its error if it failed, its "
+        "durations and links to its history and result.",
+        examples=[JOB_RESPONSE],
+    ),
+    create=extend_schema(
+        summary="Create a job",
+        description="Ask an extractor to extract one file, given by `source_url` (JSON or "
+        "form) or uploaded as `file` (multipart). Answers 201 with the job and a `Location` "
+        "header. With an `Idempotency-Key`, a replay of the same request answers 200 with the "
+        "original job; the same key with a different request is a 422. A second active job "
+        "for the same extractor and file_id is a 409 naming the active one (`job_id`).",
+        examples=[CREATE_BY_URL, CREATE_BY_UPLOAD, JOB_RESPONSE],
+    ),
+    bulk=extend_schema(
+        summary="Create up to 500 jobs",
+        description="Jobs from URLs (no uploads), in one transaction. Each item gets its own "
+        "outcome, in the order sent: a refused item does not stop the others.",
+        examples=[BULK_REQUEST, BULK_RESPONSE],
+    ),
+    history=extend_schema(
+        summary="A job's history",
+        description="Every status change of the job, oldest first: the audit trail (who, "
+        "when, why, and the change's details).",
+    ),
+    result=extend_schema(
+        summary="A job's result",
+        description="What the extractor returned for the latest successful attempt, or for "
+        "`?attempt=N`. 404 while the job has none.",
+    ),
+    cancel=extend_schema(
+        summary="Cancel a job",
+        description="Stop an active job; the extractor is asked to drop its copy. A finished "
+        "job answers 409 `invalid_transition`.",
+    ),
+    requeue=extend_schema(
+        summary="Run a job again",
+        description='Start a new attempt of a finished job. A succeeded job needs `"force": '
+        "true` (409 `force_required` otherwise). Earlier attempts' history and results stay.",
+    ),
+)
+extractors_docs = extend_schema_view(
+    list=extend_schema(
+        summary="List extractors",
+        description="Every configured extractor, with whether it is enabled and its limits. "
+        "A job's `extractor` is one of these slugs.",
+    ),
+    retrieve=extend_schema(summary="Get an extractor", description="One extractor, by slug."),
+)
+statuses_docs = extend_schema_view(
+    list=extend_schema(
+        summary="List statuses",
+        description="The lifecycle's statuses in order, and which are terminal.",
+    ),
+    retrieve=extend_schema(summary="Get a status", description="One status, by code."),
+)
+events_docs = extend_schema_view(
+    list=extend_schema(
+        summary="Read the event feed",
+        description="Events of the jobs this client may see, oldest first. Poll with "
+        "`after=<the last id you processed>`; events appear once they are settled (a second "
+        "old), so ids never arrive out of order.",
+    ),
+)
+stats_docs = extend_schema(
+    summary="Job statistics",
+    description="Counts by status and extractor for jobs created in the window, the success "
+    "rate and turnaround percentiles of jobs completed in it, and the queue by priority now.",
+    tags=["stats"],
+)
+healthz_docs = extend_schema(
+    summary="Liveness", description="The process answers. No authentication.", tags=["health"]
+)
+readyz_docs = extend_schema(
+    summary="Readiness",
+    description="The database answers and a worker cluster and a dispatcher have beaten "
+    "recently; 503 otherwise, with the failing checks.",
+    tags=["health"],
+)

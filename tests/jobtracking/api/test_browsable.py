@@ -1,0 +1,106 @@
+"""The browsable API as a person uses it: a create form with the inputs a create takes, that
+submits as it is filled in, and shows what was wrong next to the field."""
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from jobtracking.models import ExtractionJob
+from tests.factories import ExtractorFactory
+from tests.jobtracking.api.conftest import service_account
+
+pytestmark = pytest.mark.django_db
+JOBS = "/api/v1/jobs/"
+
+
+@pytest.fixture
+def person(client):
+    client.force_login(service_account("person"))
+    return client
+
+
+def html(response) -> str:
+    assert response["Content-Type"].startswith("text/html")
+    return response.content.decode()
+
+
+def form(page: str) -> str:
+    """The HTML form tab's form (the one that posts multipart)."""
+    start = page.index('enctype="multipart/form-data"')
+    return page[start : page.index("</form>", start)]
+
+
+def test_the_create_form_has_the_create_inputs_only(person, extractor):
+    ExtractorFactory(slug="retired", enabled=False)
+    create = form(html(person.get(JOBS, HTTP_ACCEPT="text/html")))
+    assert '<select class="form-control" name="extractor"' in create
+    assert '<option value="sandbox"' in create and "retired" not in create
+    assert 'type="file"' in create and 'name="file"' in create
+    for name in ("file_id", "file_name", "source_url", "options", "metadata"):
+        assert f'name="{name}"' in create
+    for output_only in ("poll_count", "attempt", "status", "created_at", "links"):
+        assert f'name="{output_only}"' not in create
+    assert ">{}</textarea>" in create  # options and metadata start as {}, not null
+
+
+def test_the_form_submits_as_filled_in(person, extractor):
+    upload = SimpleUploadedFile("budget.csv", b"item,amount\nrent,100\n", "text/csv")
+    response = person.post(
+        JOBS,
+        {
+            "extractor": "sandbox",
+            "file_id": "from-the-form",
+            "file_name": "",
+            "source_url": "",
+            "file_sha256": "",
+            "content_type": "",
+            "priority": "",
+            "file": upload,
+            "options": "{}",
+            "metadata": "{}",
+        },
+        HTTP_ACCEPT="text/html",
+    )
+    assert response.status_code == 201
+    job = ExtractionJob.objects.get(file_id="from-the-form")
+    assert (job.file_name, job.content_type, job.options) == ("budget.csv", "text/csv", {})
+
+
+def test_errors_show_in_the_page_next_to_the_field(person, extractor):
+    response = person.post(
+        JOBS,
+        {"extractor": "sandbox", "file_id": "x", "source_url": "", "options": "[1]"},
+        HTTP_ACCEPT="text/html",
+    )
+    assert response.status_code == 400
+    page = html(response)
+    assert "validation_error" in page  # the problem, in the response pane
+    assert "Must be a JSON object." in form(page)
+    neither = person.post(
+        JOBS, {"extractor": "sandbox", "file_id": "x", "source_url": ""}, HTTP_ACCEPT="text/html"
+    )
+    assert "Give exactly one of source_url and file." in form(html(neither))
+    assert not ExtractionJob.objects.exists()
+
+
+def test_clients_asking_for_json_still_get_problem_json(person, extractor):
+    response = person.post(JOBS, {"extractor": "sandbox"}, HTTP_ACCEPT="application/json")
+    assert response["Content-Type"].startswith("application/problem+json")
+
+
+def test_the_filter_form_is_labelled(person, extractor):
+    page = html(person.get(JOBS, HTTP_ACCEPT="text/html"))
+    assert "[invalid name]" not in page
+    assert "Search" in page and "Priority" in page
+
+
+def test_an_action_form_takes_the_actions_fields(person, extractor):
+    from jobtracking.services import Actor, job_create
+
+    job = job_create(
+        extractor=extractor,
+        actor=Actor("api", service_account("someone")),
+        file_id="f",
+        source_url="https://files.example.org/f.pdf",
+    )
+    page = html(person.get(f"{JOBS}{job.pk}/requeue/", HTTP_ACCEPT="text/html"))
+    assert 'name="force"' in page and 'name="reason"' in page and 'name="poll_count"' not in page
