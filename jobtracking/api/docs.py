@@ -178,14 +178,20 @@ extractors_docs = extend_schema_view(
         description="Every configured extractor, with whether it is enabled and its limits. "
         "A job's `extractor` is one of these slugs.",
     ),
-    retrieve=extend_schema(summary="Get an extractor", description="One extractor, by slug."),
+    retrieve=extend_schema(
+        summary="Get an extractor",
+        description="One extractor, by slug: its adapter, model and limits.",
+    ),
 )
 statuses_docs = extend_schema_view(
     list=extend_schema(
         summary="List statuses",
         description="The lifecycle's statuses in order, and which are terminal.",
     ),
-    retrieve=extend_schema(summary="Get a status", description="One status, by code."),
+    retrieve=extend_schema(
+        summary="Get a status",
+        description="One status, by code: its label and whether it is final.",
+    ),
 )
 events_docs = extend_schema_view(
     list=extend_schema(
