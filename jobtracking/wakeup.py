@@ -12,13 +12,15 @@ import time
 from django.db import connection
 
 CHANNEL = "jobtracking_due"
+# The wake-up as SQL, for statements that include it (`jobtracking.services.created_rows`).
+NOTIFY_SQL = "SELECT pg_notify(%s, '')"
 
 
 def notify_due() -> None:
     """Call inside the transaction that makes a job due."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+            cursor.execute(NOTIFY_SQL, [CHANNEL])
 
 
 class Listener:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from jobtracking.ids import uuid7
 from jobtracking.models import DeliveryState, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.queue import enqueue_delivery
+from jobtracking.rows import columns, insert_fields, json_rows, select_rows, table
 from jobtracking.urlsafety import UnsafeURLError, post_checked
 
 # Waits before each retry; after the last one the delivery is dead (about 31 hours in all).
@@ -78,6 +79,27 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     )
     ids = [delivery.pk for delivery in deliveries]
     transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in ids])
+
+
+def fan_out_sql(events: str, now) -> tuple[str, list]:
+    """`deliveries_fan_out` as one `INSERT … SELECT`, for a statement whose CTE named `events`
+    returned the new events' `id` and `type`; it returns the deliveries' ids."""
+    lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
+    template = WebhookDelivery(next_attempt_at=lease, created_at=now)
+    fields = insert_fields(WebhookDelivery, exclude=("event", "subscription"))
+    meta = WebhookDelivery._meta
+    sql = (
+        f"INSERT INTO {table(WebhookDelivery)} ({meta.get_field('event').column}, "
+        f"{meta.get_field('subscription').column}, {columns(fields)}) "
+        f"SELECT e.id, s.id, t.* FROM {events} e "
+        f"JOIN {table(WebhookSubscription)} s ON s.active "
+        # `wants`: no event types means every type.
+        "AND (s.event_types IN ('[]'::jsonb, 'null'::jsonb) "
+        "OR jsonb_exists(s.event_types, e.type)) "
+        f"CROSS JOIN ({select_rows(WebhookDelivery, fields)}) t "
+        "RETURNING id"
+    )
+    return sql, [json_rows([template], fields)]
 
 
 def delivery_body(event: JobEvent) -> bytes:

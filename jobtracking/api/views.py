@@ -46,7 +46,9 @@ from jobtracking.api.serializers import (
     JobStatusChangeSerializer,
     JobStatusSerializer,
     StatsSerializer,
+    create_checker,
     job_fields,
+    request_fingerprint,
 )
 from jobtracking.errors import JobValidationError
 from jobtracking.filetypes import HEAD_BYTES, content_matches
@@ -148,25 +150,23 @@ class ExtractionJobViewSet(
         if declared > settings.JOBS_UPLOAD_MAX_BYTES + (1 << 20):
             # Refused before reading the body.
             return too_large()
-        serializer = ExtractionJobCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        upload = serializer.validated_data.get("file")
+        validated = create_checker().run_validation(request.data)
+        upload = validated.get("file")
         if upload is not None:
             if upload.size > settings.JOBS_UPLOAD_MAX_BYTES:
                 return too_large()
-            if serializer.validated_data["content_type"] not in settings.JOBS_UPLOAD_CONTENT_TYPES:
+            if validated["content_type"] not in settings.JOBS_UPLOAD_CONTENT_TYPES:
                 return problem(
                     415,
                     "unsupported_media_type",
-                    f"Files of type {serializer.validated_data['content_type'] or 'unknown'} "
-                    "are not accepted.",
+                    f"Files of type {validated['content_type'] or 'unknown'} are not accepted.",
                     accepted=settings.JOBS_UPLOAD_CONTENT_TYPES,
                 )
-            if not content_matches(serializer.validated_data["content_type"], upload_head(upload)):
+            if not content_matches(validated["content_type"], upload_head(upload)):
                 return problem(
                     415,
                     "content_mismatch",
-                    f"The file's content is not {serializer.validated_data['content_type']}.",
+                    f"The file's content is not {validated['content_type']}.",
                 )
         key = request.headers.get("Idempotency-Key", "").strip()
         if len(key) > 255:
@@ -174,13 +174,13 @@ class ExtractionJobViewSet(
         if key:
             job, created = job_create_idempotent(
                 idempotency_key=key,
-                request_fingerprint=serializer.fingerprint(),
+                request_fingerprint=request_fingerprint(validated),
                 actor=api_actor(request),
-                **job_fields(serializer.validated_data),
+                **job_fields(validated),
             )
         else:
             job, created = (
-                job_create(actor=api_actor(request), **job_fields(serializer.validated_data)),
+                job_create(actor=api_actor(request), **job_fields(validated)),
                 True,
             )
         data = ExtractionJobSerializer(job, context={"request": request}).data
