@@ -67,12 +67,9 @@ def select_rows(model: type[models.Model], fields: tuple) -> str:
     )
 
 
-def rows_insert(
-    model: type[models.Model], objs: list[models.Model], *, returning: str = ""
-) -> tuple[str, list]:
-    """One INSERT of every row of `objs`, and its one parameter."""
+@functools.cache
+def insert_statement(model: type[models.Model], *, returning: str = "") -> str:
+    """An INSERT of the rows of one JSON parameter (`json_rows`), the same for any number."""
     fields = insert_fields(model)
     sql = f"INSERT INTO {table(model)} ({columns(fields)}) {select_rows(model, fields)}"
-    if returning:
-        sql += f" RETURNING {returning}"
-    return sql, [json_rows(objs, fields)]
+    return f"{sql} RETURNING {returning}" if returning else sql

@@ -6,6 +6,7 @@ the subscription's `secret_version` (bump it to rotate), and shown to staff once
 """
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -81,14 +82,14 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in ids])
 
 
-def fan_out_sql(events: str, now) -> tuple[str, list]:
+@functools.cache
+def fan_out_statement(events: str) -> str:
     """`deliveries_fan_out` as one `INSERT … SELECT`, for a statement whose CTE named `events`
-    returned the new events' `id` and `type`; it returns the deliveries' ids."""
-    lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
-    template = WebhookDelivery(next_attempt_at=lease, created_at=now)
-    fields = insert_fields(WebhookDelivery, exclude=("event", "subscription"))
+    returned the new events' `id` and `type`: it returns the deliveries' ids. Its parameter is
+    the deliveries' other columns (`fan_out_values`)."""
     meta = WebhookDelivery._meta
-    sql = (
+    fields = insert_fields(WebhookDelivery, exclude=("event", "subscription"))
+    return (
         f"INSERT INTO {table(WebhookDelivery)} ({meta.get_field('event').column}, "
         f"{meta.get_field('subscription').column}, {columns(fields)}) "
         f"SELECT e.id, s.id, t.* FROM {events} e "
@@ -99,7 +100,12 @@ def fan_out_sql(events: str, now) -> tuple[str, list]:
         f"CROSS JOIN ({select_rows(WebhookDelivery, fields)}) t "
         "RETURNING id"
     )
-    return sql, [json_rows([template], fields)]
+
+
+def fan_out_values(now) -> str:
+    lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
+    template = WebhookDelivery(next_attempt_at=lease, created_at=now)
+    return json_rows([template], insert_fields(WebhookDelivery, exclude=("event", "subscription")))
 
 
 def delivery_body(event: JobEvent) -> bytes:

@@ -3,6 +3,7 @@ one transaction. A new job is `pending` and due at once; its creating transactio
 dispatcher (`jobtracking.wakeup`), which hands it to a worker as soon as it has committed."""
 
 import contextlib
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +26,11 @@ from jobtracking.errors import (
 from jobtracking.events import job_event_payload
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
 from jobtracking.queue import enqueue_delivery
-from jobtracking.rows import rows_insert
+from jobtracking.rows import insert_fields, insert_statement, json_rows
 from jobtracking.services.transitions import Actor, active_job_error
 from jobtracking.wakeup import CHANNEL as WAKE_CHANNEL
 from jobtracking.wakeup import NOTIFY_SQL, notify_due
-from jobtracking.webhooks import deliveries_fan_out, fan_out_sql
+from jobtracking.webhooks import deliveries_fan_out, fan_out_statement, fan_out_values
 
 
 def _json_size(value: Any) -> int:
@@ -228,7 +229,7 @@ def _create_one(index: int, item: dict[str, Any], actor: Actor) -> BulkOutcome:
 def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now) -> None:
     """The jobs, their audit rows and `job.created` events, their webhook deliveries and the
     dispatcher's wake-up, all or nothing. On PostgreSQL that is one statement
-    (`created_rows_sql`): one round trip, with no BEGIN and COMMIT of its own outside a
+    (`created_rows_statement`): one round trip, with no BEGIN and COMMIT of its own outside a
     transaction, where the ORM took seven. Inside a caller's transaction, a savepoint keeps a
     conflict from spoiling it."""
     if not jobs:
@@ -257,34 +258,39 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
             deliveries_fan_out(JobEvent.objects.bulk_create(events))
             notify_due()
         return
-    sql, params = created_rows_sql(jobs, changes, events, now)
+    params = created_rows_params(jobs, changes, events, now)
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(created_rows_statement(), params)
             deliveries, _woken = cursor.fetchone()
         transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in deliveries])
 
 
-def created_rows_sql(jobs, changes, events, now) -> tuple[str, list]:
+@functools.cache
+def created_rows_statement() -> str:
     """One statement that inserts every row a creation writes and returns the new deliveries'
     ids. Its CTEs all see the same snapshot; the foreign keys between them are checked at the
-    end, when every row is there."""
-    parts, params = [], []
-    for name, model, objs, returning in (
-        ("new_jobs", ExtractionJob, jobs, ""),
-        ("new_changes", JobStatusChange, changes, ""),
-        ("new_events", JobEvent, events, "id, type"),
-    ):
-        sql, values = rows_insert(model, objs, returning=returning)
-        parts.append(f"{name} AS ({sql})")
-        params += values
-    sql, values = fan_out_sql("new_events", now)
-    parts.append(f"new_deliveries AS ({sql})")
-    params += values
-    parts.append(f"woken AS ({NOTIFY_SQL})")
-    params.append(WAKE_CHANNEL)
-    statement = (
-        f"WITH {', '.join(parts)} "
+    end, when every row is there. Its parameters: `created_rows_params`."""
+    return (
+        f"WITH new_jobs AS ({insert_statement(ExtractionJob)}), "
+        f"new_changes AS ({insert_statement(JobStatusChange)}), "
+        f"new_events AS ({insert_statement(JobEvent, returning='id, type')}), "
+        f"new_deliveries AS ({fan_out_statement('new_events')}), "
+        f"woken AS ({NOTIFY_SQL}) "
         "SELECT ARRAY(SELECT id FROM new_deliveries), (SELECT count(*) FROM woken)"
     )
-    return statement, params
+
+
+def created_rows_params(jobs, changes, events, now) -> list:
+    return [
+        *(
+            json_rows(objs, insert_fields(model))
+            for model, objs in (
+                (ExtractionJob, jobs),
+                (JobStatusChange, changes),
+                (JobEvent, events),
+            )
+        ),
+        fan_out_values(now),
+        WAKE_CHANNEL,
+    ]
