@@ -24,30 +24,46 @@ def insert_fields(model: type[models.Model], *, exclude: tuple[str, ...] = ()) -
     )
 
 
-JSON_NATIVE = (str, int, float, bool, dict, list, type(None))
+JSON_NATIVE = frozenset({str, int, float, bool, dict, list, type(None)})
 
 
-def _plain(field, obj):
-    """The field's value in `obj` as JSON, prepared as `save()` prepares it."""
-    value = field.pre_save(obj, True)
+@functools.cache
+def _readers(fields: tuple) -> tuple:
+    """(column, attribute name, field) per field; the attribute is None where the field's
+    `pre_save` does more than read it (auto_now, files), so that it is called."""
+    plain_read = models.Field.pre_save
+    return tuple(
+        (field.column, field.attname if type(field).pre_save is plain_read else None, field)
+        for field in fields
+    )
+
+
+def _plain(value, field):
+    """A value as JSON, prepared as `save()` prepares it for the database."""
+    kind = type(value)
+    if kind in JSON_NATIVE:
+        return value
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, JSON_NATIVE):
-        return value
-    # Anything else (a stored file's name) as the field prepares it for the database.
-    prepared = field.get_prep_value(value)
+    if isinstance(value, int):  # an IntegerChoices member
+        return int(value)
+    prepared = field.get_prep_value(value)  # a stored file's name, for instance
     return str(prepared) if isinstance(prepared, uuid.UUID) else prepared
 
 
 def json_rows(objs: list[models.Model], fields: tuple) -> str:
     """The rows as a JSON array of {column: value}, for `jsonb_populate_recordset`."""
-    return json.dumps(
-        [{field.column: _plain(field, obj) for field in fields} for obj in objs],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    readers = _readers(fields)
+    rows = [
+        {
+            column: _plain(getattr(obj, attname) if attname else field.pre_save(obj, True), field)
+            for column, attname, field in readers
+        }
+        for obj in objs
+    ]
+    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
 
 @functools.cache
