@@ -1,0 +1,78 @@
+"""Creation on PostgreSQL is one statement: every row a new job needs, its webhook deliveries
+and the dispatcher's wake-up, all or nothing, with a savepoint inside a caller's transaction."""
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from jobtracking.errors import ActiveJobExistsError
+from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
+from jobtracking.services import Actor, job_create
+from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL statement"),
+]
+
+
+def create(extractor, file_id="f-1", **fields):
+    return job_create(
+        extractor=extractor,
+        actor=Actor("api", fields.pop("user", None)),
+        file_id=file_id,
+        source_url="https://files.example.org/f.pdf",
+        **fields,
+    )
+
+
+def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up():
+    extractor = ExtractorFactory()
+    everything = WebhookSubscriptionFactory(event_types=[])
+    created_only = WebhookSubscriptionFactory(event_types=["job.created"])
+    WebhookSubscriptionFactory(event_types=["job.failed"])  # not this event
+    WebhookSubscriptionFactory(active=False)
+    user = UserFactory()
+    with CaptureQueriesContext(connection) as queries:
+        job = create(extractor, metadata={"grant": 4711}, user=user)
+    writes = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]
+    assert len(writes) == 1 and "pg_notify" in writes[0]
+    stored = ExtractionJob.objects.get(pk=job.pk)
+    assert (stored.status_id, stored.metadata, stored.due_at) == (
+        "pending",
+        {"grant": 4711},
+        job.due_at,
+    )
+    change = JobStatusChange.objects.get(job=job)
+    assert (change.to_status_id, change.actor_type, change.actor) == (
+        "pending",
+        "api",
+        job.requested_by,
+    )
+    event = JobEvent.objects.get(job=job)
+    assert event.type == "job.created" and event.payload["id"] == str(job.pk)
+    receivers = set(
+        WebhookDelivery.objects.filter(event=event).values_list("subscription", flat=True)
+    )
+    assert receivers == {everything.pk, created_only.pk}
+    assert set(WebhookDelivery.objects.values_list("state", "attempts")) == {("pending", 0)}
+
+
+def test_a_conflict_inside_a_transaction_leaves_the_transaction_usable():
+    extractor = ExtractorFactory()
+    with transaction.atomic():
+        first = create(extractor)
+        with pytest.raises(ActiveJobExistsError, match=str(first.pk)):
+            create(extractor)
+        other = create(extractor, file_id="f-2")
+    assert set(ExtractionJob.objects.values_list("pk", flat=True)) == {first.pk, other.pk}
+    assert JobStatusChange.objects.count() == 2 and JobEvent.objects.count() == 2
+
+
+def test_a_refused_creation_writes_nothing():
+    extractor = ExtractorFactory()
+    create(extractor)
+    with pytest.raises(ActiveJobExistsError):
+        create(extractor)
+    assert (ExtractionJob.objects.count(), JobStatusChange.objects.count()) == (1, 1)
+    assert JobEvent.objects.count() == 1
