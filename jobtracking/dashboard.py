@@ -22,6 +22,7 @@ from jobtracking.selectors import LIVENESS_WINDOWS, VIEW_ALL, queue_by_priority
 
 CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH = 720, 160, 40
 REFRESH_SECONDS = 5
+LIVENESS_HISTORY = timedelta(days=1)
 
 
 def _status_counts() -> list[dict]:
@@ -93,9 +94,11 @@ def _throughput(since) -> dict:
 
 
 def _liveness(now) -> tuple[list[dict], list[str]]:
-    """Every process that has beaten, alive when within its kind's window; and the kinds with
-    no live process at all."""
-    beats = ServiceHeartbeat.objects.order_by("kind", "-beat_at")
+    """Every process that has beaten in the last day, alive when within its kind's window; and
+    the kinds with no live process at all. (A machine gone for longer is history, not news.)"""
+    beats = ServiceHeartbeat.objects.filter(beat_at__gte=now - LIVENESS_HISTORY).order_by(
+        "kind", "-beat_at"
+    )
     rows = []
     for beat in beats:
         window = LIVENESS_WINDOWS.get(beat.kind, timedelta(minutes=3))

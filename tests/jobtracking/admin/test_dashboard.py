@@ -40,11 +40,13 @@ def test_the_chart_has_an_axis_and_values(root_client):
 def test_liveness_shows_each_process_with_its_age(root_client):
     beat("cluster", "cluster@web-1", 20)
     beat("dispatcher", "dispatcher@web-1", 400)
+    beat("dispatcher", "dispatcher@retired", 3 * 86400)
     html = root_client.get(DASHBOARD).content.decode()
     liveness = html[html.index('id="liveness"') :]
     assert "cluster@web-1" in liveness and "20 s ago" in liveness
     assert "6 min 40 s ago" in liveness and "silent (expected every 30 s)" in liveness
     assert "No live dispatcher" in liveness and "No live cluster" not in liveness
+    assert "dispatcher@retired" not in liveness  # gone for days: history, not news
 
 
 def test_queue_depth_and_dispatcher_lag(root_client):
