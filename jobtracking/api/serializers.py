@@ -420,7 +420,8 @@ class ExtractionJobCreateSerializer(StrictSerializer):
     # `initial`: the browsable API's form starts from {} (its default would be null).
     options = JsonObjectField(required=False, default=dict, initial=dict)
     metadata = JsonObjectField(required=False, default=dict, initial=dict)
-    priority = PriorityField(required=False, help_text=PRIORITY_HELP)
+    # `initial`: the browsable API's select starts at the default, not at its first choice.
+    priority = PriorityField(required=False, initial=Priority.NORMAL.code, help_text=PRIORITY_HELP)
 
     def validate_extractor(self, extractor: Extractor) -> Extractor:
         if not extractor.enabled:
@@ -437,7 +438,8 @@ class ExtractionJobCreateSerializer(StrictSerializer):
         return url
 
     def validate_file(self, upload):
-        if upload.size == 0:
+        # None: a form's empty file input (allow_null), the same as no file.
+        if upload is not None and upload.size == 0:
             raise serializers.ValidationError("The file is empty.")
         return upload
 
@@ -538,6 +540,9 @@ class JobRequeueSerializer(JobActionSerializer):
     force = serializers.BooleanField(
         default=False, help_text="Required to requeue a succeeded job."
     )
+    # null (or a form's empty choice): keep the job's own.
     priority = PriorityField(
-        required=False, help_text="The new attempt's priority (default: the job's own)."
+        required=False,
+        allow_null=True,
+        help_text="The new attempt's priority (default: the job's own).",
     )

@@ -213,3 +213,27 @@ def test_the_dashboard_refreshes_in_place_and_shows_liveness(live_server, staff_
     page.wait_for_url("**status=pending**")
     assert page.locator("#result_list tbody tr").count() == 2
     assert len(list(ARTIFACTS.glob("*.png"))) >= 9
+
+
+def test_the_browsable_api_form_creates_and_shows_errors(live_server, staff_page, tmp_path):
+    ExtractorFactory(slug="sandbox")
+    page = staff_page
+    page.goto(f"{live_server.url}/api/v1/jobs/")
+    form = page.locator("form[enctype='multipart/form-data']")
+    form.locator("select[name=extractor]").select_option("sandbox")
+    form.locator("input[name=file_id]").fill("from-the-browser")
+    form.locator("button:has-text('POST')").click()
+    page.wait_for_selector("text=Give exactly one of source_url and file.")
+    page.screenshot(path=str(ARTIFACTS / "10-browsable-api-error.png"), full_page=True)
+
+    upload = tmp_path / "budget.csv"
+    upload.write_bytes(b"item,amount\nrent,100\n")
+    form = page.locator("form[enctype='multipart/form-data']")
+    form.locator("select[name=extractor]").select_option("sandbox")
+    form.locator("input[name=file_id]").fill("from-the-browser")
+    form.locator("input[name=file]").set_input_files(str(upload))
+    form.locator("button:has-text('POST')").click()
+    page.wait_for_selector("text=HTTP 201 Created")
+    page.screenshot(path=str(ARTIFACTS / "11-browsable-api-created.png"), full_page=True)
+    job = ExtractionJob.objects.get(file_id="from-the-browser")
+    assert (job.file_name, job.content_type, job.metadata) == ("budget.csv", "text/csv", {})

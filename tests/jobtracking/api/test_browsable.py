@@ -2,6 +2,7 @@
 submits as it is filled in, and shows what was wrong next to the field."""
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from jobtracking.models import ExtractionJob
@@ -40,6 +41,7 @@ def test_the_create_form_has_the_create_inputs_only(person, extractor):
     for output_only in ("poll_count", "attempt", "status", "created_at", "links"):
         assert f'name="{output_only}"' not in create
     assert ">{}</textarea>" in create  # options and metadata start as {}, not null
+    assert 'value="normal" selected' in create  # the default, not the first choice
 
 
 def test_the_form_submits_as_filled_in(person, extractor):
@@ -82,6 +84,17 @@ def test_errors_show_in_the_page_next_to_the_field(person, extractor):
     assert not ExtractionJob.objects.exists()
 
 
+def test_an_empty_file_input_is_no_file(person, extractor):
+    # What a browser sends for a file input left empty: the part, with no file in it.
+    response = person.post(
+        JOBS,
+        {"extractor": "sandbox", "file_id": "x", "source_url": "", "file": ""},
+        HTTP_ACCEPT="application/json",
+    )
+    assert response.status_code == 400
+    assert "Give exactly one of source_url and file." in str(response.json()["errors"])
+
+
 def test_clients_asking_for_json_still_get_problem_json(person, extractor):
     response = person.post(JOBS, {"extractor": "sandbox"}, HTTP_ACCEPT="application/json")
     assert response["Content-Type"].startswith("application/problem+json")
@@ -98,9 +111,15 @@ def test_an_action_form_takes_the_actions_fields(person, extractor):
 
     job = job_create(
         extractor=extractor,
-        actor=Actor("api", service_account("someone")),
+        actor=Actor("api", get_user_model().objects.get(username="person")),
         file_id="f",
         source_url="https://files.example.org/f.pdf",
     )
     page = html(person.get(f"{JOBS}{job.pk}/requeue/", HTTP_ACCEPT="text/html"))
     assert 'name="force"' in page and 'name="reason"' in page and 'name="poll_count"' not in page
+    kept = person.post(
+        f"{JOBS}{job.pk}/requeue/", {"reason": "", "priority": ""}, HTTP_ACCEPT="application/json"
+    )
+    # The empty choice keeps the job's priority: the form is valid, and the job, still
+    # pending, cannot be requeued.
+    assert kept.status_code == 409 and kept.json()["code"] == "invalid_transition"
