@@ -103,7 +103,7 @@ class Command(BaseCommand):
             )
             while not stopping:
                 time.sleep(0.5)
-                self.raise_if_exited(children)
+                self.raise_if_exited(children, lambda: stopping)
         finally:
             self.stop_all(children)
 
@@ -111,7 +111,7 @@ class Command(BaseCommand):
         """True once every server listens; False when asked to stop first."""
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while not all(listening(port) for port in ports.values()):
-            self.raise_if_exited(children)
+            self.raise_if_exited(children, stopping)
             if stopping():
                 return False
             if time.monotonic() > deadline:
@@ -120,9 +120,11 @@ class Command(BaseCommand):
         return True
 
     @staticmethod
-    def raise_if_exited(children) -> None:
+    def raise_if_exited(children, stopping) -> None:
         exited = [name for name, child in children.items() if child.poll() is not None]
-        if exited:
+        # Ctrl-C reaches the children too: their exit is then expected, not a failure. (Looked
+        # at after polling: the signal has reached this process before a child has exited.)
+        if exited and not stopping():
             raise CommandError(f"{', '.join(exited)} exited; the stack is stopped.")
 
     def stop_all(self, children) -> None:
