@@ -235,6 +235,20 @@ def test_retry_webhooks_revives_dead_deliveries():
     assert "Retrying 1" in out and (dead.state, dead.attempts) == ("pending", 0)
 
 
+def test_retry_webhooks_for_one_subscription_and_an_unknown_one():
+    dead = WebhookDeliveryFactory(state=DeliveryState.DEAD, attempts=8, next_attempt_at=None)
+    other = WebhookDeliveryFactory(state=DeliveryState.DEAD, attempts=8, next_attempt_at=None)
+    out, _ = run("retry_webhooks", "--subscription", str(dead.subscription_id))
+    assert "Retrying 1" in out
+    assert WebhookDelivery.objects.get(pk=other.pk).state == DeliveryState.DEAD
+    url = dead.subscription.url
+    with pytest.raises(
+        CommandError,
+        match=rf"No subscription 999; the subscriptions are: {dead.subscription_id} \({url}\)",
+    ):
+        run("retry_webhooks", "--subscription", "999")
+
+
 def test_reap_stuck_jobs_command_reports():
     ExtractionJobFactory(processing=True, deadline_at=timezone.now() - timedelta(seconds=1))
     out, _ = run("reap_stuck_jobs")

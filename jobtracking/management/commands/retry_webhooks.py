@@ -1,6 +1,6 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from jobtracking.models import WebhookDelivery
+from jobtracking.models import WebhookDelivery, WebhookSubscription
 from jobtracking.webhooks import delivery_retry
 
 
@@ -12,6 +12,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         deliveries = WebhookDelivery.objects.all()
-        if options["subscription"]:
-            deliveries = deliveries.filter(subscription_id=options["subscription"])
+        if (chosen := options["subscription"]) is not None:
+            if not WebhookSubscription.objects.filter(pk=chosen).exists():
+                known = WebhookSubscription.objects.order_by("pk").values_list("pk", "url")
+                listed = ", ".join(f"{pk} ({url})" for pk, url in known) or "none"
+                raise CommandError(f"No subscription {chosen}; the subscriptions are: {listed}.")
+            deliveries = deliveries.filter(subscription_id=chosen)
         self.stdout.write(f"Retrying {delivery_retry(queryset=deliveries)} dead delivery(ies).")
