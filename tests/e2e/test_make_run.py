@@ -46,7 +46,7 @@ def test_commands_print_their_own_lines_without_django_q2s(sqlite_env):
     assert "Seeded 3 demo job(s)" in output and "login: admin / make-run-pass" in output
     assert "Enqueued" not in output and "AXES: BEGIN" not in output
 
-    dry = manage("requeue_jobs", "--status", "pending", "--dry-run", "--limit", "2", env=sqlite_env)
+    dry = manage("cancel_jobs", "--status", "pending", "--dry-run", "--limit", "2", env=sqlite_env)
     assert "Enqueued" not in dry.stdout + dry.stderr
     assert len([line for line in dry.stdout.splitlines() if line.startswith("  ")]) == 2
 

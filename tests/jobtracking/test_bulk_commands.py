@@ -136,9 +136,13 @@ def test_bulk_commands_name_what_is_wrong_in_their_input(fleet):
         run("requeue_jobs", "--ids", good, "x-1", "x-2")
 
 
-def test_purge_jobs_offers_only_terminal_statuses():
-    with pytest.raises(CommandError, match="invalid choice: 'pending'"):
-        run("purge_jobs", "--status", "pending")
+@pytest.mark.parametrize(
+    ("command", "inapplicable"),
+    [("purge_jobs", "pending"), ("requeue_jobs", "processing"), ("cancel_jobs", "succeeded")],
+)
+def test_commands_offer_only_the_statuses_they_can_act_on(command, inapplicable):
+    with pytest.raises(CommandError, match=f"invalid choice: '{inapplicable}'"):
+        run(command, "--status", inapplicable)
 
 
 def test_requeue_jobs_refuses_to_run_without_a_filter(fleet):

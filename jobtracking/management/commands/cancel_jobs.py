@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from jobtracking import states
 from jobtracking.errors import ApplicationError, InvalidTransitionError
 from jobtracking.management.selection import add_filter_arguments, run_per_job
 from jobtracking.services import Actor, job_cancel
@@ -9,7 +10,7 @@ class Command(BaseCommand):
     help = "Cancel active jobs matching the filters (and ask their extractors to drop them)."
 
     def add_arguments(self, parser):
-        add_filter_arguments(parser)
+        add_filter_arguments(parser, statuses=states.ACTIVE)
         parser.add_argument("--reason", default="", help="Recorded on every audit row.")
 
     def handle(self, *args, **options):

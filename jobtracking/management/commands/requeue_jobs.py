@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from jobtracking import states
 from jobtracking.errors import ApplicationError, ForceRequiredError, InvalidTransitionError
 from jobtracking.management.selection import add_filter_arguments, run_per_job
 from jobtracking.models import Priority
@@ -12,7 +13,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        add_filter_arguments(parser)
+        add_filter_arguments(parser, statuses=states.TERMINAL)
         parser.add_argument("--reason", default="", help="Recorded on every audit row.")
         parser.add_argument("--force", action="store_true", help="Also requeue succeeded jobs.")
         parser.add_argument(
