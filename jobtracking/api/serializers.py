@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils import json as strict_json
 
 from extraction.models import Extractor
 from jobtracking.models import (
@@ -342,29 +343,40 @@ def json_depth(value: Any) -> int:
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class JsonObjectField(serializers.JSONField):
-    """A JSON object; in multipart forms it arrives as a JSON string."""
+    """A JSON object of at most `settings.<cap_setting>` bytes; in multipart forms it arrives
+    as a JSON string. One strict encoding checks it all (DRF's own check would be a second)."""
+
+    def __init__(self, *, cap_setting: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cap_setting = cap_setting
 
     def to_internal_value(self, data):
         if isinstance(data, str):
             try:
-                data = json.loads(data)
+                data = strict_json.loads(data)
             except (ValueError, RecursionError):
                 raise serializers.ValidationError("Must be valid JSON.") from None
         if json_depth(data) > MAX_JSON_DEPTH:
             raise serializers.ValidationError(f"Must nest at most {MAX_JSON_DEPTH} levels deep.")
-        value = super().to_internal_value(data)
-        if not isinstance(value, dict):
+        try:
+            # DRF's encoder refuses NaN and Infinity, which are not JSON.
+            text = strict_json.dumps(data, ensure_ascii=False)
+        except (TypeError, ValueError):
+            raise serializers.ValidationError("Value must be valid JSON.") from None
+        if not isinstance(data, dict):
             raise serializers.ValidationError("Must be a JSON object.")
-        text = json.dumps(value, ensure_ascii=False)
         if "\x00" in text or "\\u0000" in text:
             # PostgreSQL's jsonb cannot hold a null character.
             raise serializers.ValidationError("Null characters are not allowed.")
         try:
-            text.encode("utf-8")
+            size = len(text.encode("utf-8"))
         except UnicodeEncodeError:
-            # A lone surrogate ("\\ud800") is valid JSON text but not Unicode; jsonb refuses it.
+            # A lone surrogate ("\ud800") is valid JSON text but not Unicode; jsonb refuses it.
             raise serializers.ValidationError("Must be valid Unicode text.") from None
-        return value
+        cap = getattr(settings, self.cap_setting)
+        if size > cap:
+            raise serializers.ValidationError(f"Must be at most {cap} bytes as JSON.")
+        return data
 
 
 RECENT_EXTRACTORS = Recent()
@@ -425,8 +437,12 @@ class ExtractionJobCreateSerializer(StrictSerializer):
         required=False, allow_null=True, help_text="Multipart upload instead of a URL."
     )
     # `initial`: the browsable API's form starts from {} (its default would be null).
-    options = JsonObjectField(required=False, default=dict, initial=dict)
-    metadata = JsonObjectField(required=False, default=dict, initial=dict)
+    options = JsonObjectField(
+        cap_setting="JOBS_OPTIONS_MAX_BYTES", required=False, default=dict, initial=dict
+    )
+    metadata = JsonObjectField(
+        cap_setting="JOBS_METADATA_MAX_BYTES", required=False, default=dict, initial=dict
+    )
     # `initial`: the browsable API's select starts at the default, not at its first choice.
     priority = PriorityField(required=False, initial=Priority.NORMAL.code, help_text=PRIORITY_HELP)
 
@@ -455,10 +471,6 @@ class ExtractionJobCreateSerializer(StrictSerializer):
             raise serializers.ValidationError(
                 {"source_url": "Give exactly one of source_url and file."}
             )
-        for name in ("options", "metadata"):
-            cap = getattr(settings, f"JOBS_{name.upper()}_MAX_BYTES")
-            if len(json.dumps(data.get(name, {})).encode()) > cap:
-                raise serializers.ValidationError({name: f"Must be at most {cap} bytes as JSON."})
         upload = data.get("file")
         if upload is not None:
             data["file_name"] = data.get("file_name") or upload.name

@@ -75,6 +75,23 @@ def test_a_lone_surrogate_in_metadata_is_a_validation_error(api, extractor):
     assert not ExtractionJob.objects.exists()
 
 
+@pytest.mark.parametrize("field", ["options", "metadata"])
+def test_options_and_metadata_over_their_cap_are_refused_by_name(api, extractor, settings, field):
+    setattr(settings, f"JOBS_{field.upper()}_MAX_BYTES", 20)
+    problem = assert_problem(
+        api.post(URL, body(**{field: {"note": "x" * 30}}), format="json"), 400, "validation_error"
+    )
+    assert problem["errors"] == {field: ["Must be at most 20 bytes as JSON."]}
+    assert api.post(URL, body(**{field: {"n": 1}}), format="json").status_code == 201
+
+
+def test_not_a_number_is_not_json_in_a_multipart_field(api, extractor):
+    problem = assert_problem(
+        api.post(URL, {**body(file_id="nan"), "metadata": '{"x": NaN}'}), 400, "validation_error"
+    )
+    assert problem["errors"] == {"metadata": ["Must be valid JSON."]}
+
+
 @pytest.mark.parametrize("path", ["/api/v1/extractors/%00/", "/api/v1/statuses/%00/"])
 def test_a_null_byte_in_a_reference_lookup_is_not_found(api, path):
     assert api.get(path).status_code == 404
