@@ -16,6 +16,7 @@ def main() -> None:
     from django.test import Client
 
     from bench.data import add_due_jobs, add_terminal_jobs
+    from jobtracking.models import ExtractionJob
     from tests.factories import ExtractorFactory, UserFactory
 
     stamp = int(time.time())
@@ -23,17 +24,19 @@ def main() -> None:
     extractor = ExtractorFactory(slug=f"bench-admin-{stamp}")
     add_terminal_jobs(extractor.pk, stored, f"a{stamp}-")
     add_due_jobs(extractor.pk, 500, f"d{stamp}-")
+    short_id = str(ExtractionJob.objects.filter(file_id=f"a{stamp}-4242").get().pk)[-12:]
     client = Client(SERVER_NAME="localhost")
     client.force_login(UserFactory(username=f"root-{stamp}", is_staff=True, is_superuser=True))
 
     pages = {
         "jobs changelist": "/admin/jobtracking/extractionjob/",
-        "  status=failed": "/admin/jobtracking/extractionjob/?status__code__exact=failed",
+        "  status=failed": "/admin/jobtracking/extractionjob/?status=failed",
         "  extractor + last 7 days": (
             f"/admin/jobtracking/extractionjob/?extractor__id__exact={extractor.pk}&created=7"
         ),
         "  error code": "/admin/jobtracking/extractionjob/?error_code__exact=extraction_failed",
         "  search file id": f"/admin/jobtracking/extractionjob/?q=a{stamp}-4242",
+        "  search short id": f"/admin/jobtracking/extractionjob/?q={short_id}",
         "  page 50": "/admin/jobtracking/extractionjob/?p=50",
         "audit log": "/admin/jobtracking/jobstatuschange/",
         "dashboard": "/admin/dashboard/",
