@@ -12,7 +12,7 @@ import time
 from django.db import connection
 
 CHANNEL = "jobtracking_due"
-# The wake-up as SQL, for statements that include it (`jobtracking.services.created_rows`).
+# The wake-up as SQL, for statements that include it (`creation.created_rows_statement`).
 NOTIFY_SQL = "SELECT pg_notify(%s, '')"
 
 

@@ -78,8 +78,17 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
         for sub in subscriptions
         if wants(sub, event.type)
     )
-    ids = [delivery.pk for delivery in deliveries]
-    transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in ids])
+    enqueue_on_commit([delivery.pk for delivery in deliveries])
+
+
+def enqueue_on_commit(delivery_ids: list[int]) -> None:
+    """Hand each new delivery to a task once the transaction that wrote it has committed."""
+    transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in delivery_ids])
+
+
+def _delivery_value_fields() -> tuple:
+    """A delivery's columns but its event and subscription, which the fan-out joins in."""
+    return insert_fields(WebhookDelivery, exclude=("event", "subscription"))
 
 
 @functools.cache
@@ -88,7 +97,7 @@ def fan_out_statement(events: str) -> str:
     returned the new events' `id` and `type`: it returns the deliveries' ids. Its parameter is
     the deliveries' other columns (`fan_out_values`)."""
     meta = WebhookDelivery._meta
-    fields = insert_fields(WebhookDelivery, exclude=("event", "subscription"))
+    fields = _delivery_value_fields()
     return (
         f"INSERT INTO {table(WebhookDelivery)} ({meta.get_field('event').column}, "
         f"{meta.get_field('subscription').column}, {columns(fields)}) "
@@ -105,14 +114,19 @@ def fan_out_statement(events: str) -> str:
 def fan_out_values(now) -> str:
     lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
     template = WebhookDelivery(next_attempt_at=lease, created_at=now)
-    return json_rows([template], insert_fields(WebhookDelivery, exclude=("event", "subscription")))
+    return json_rows([template], _delivery_value_fields())
+
+
+def _message(event_type: str, timestamp, data: dict) -> bytes:
+    """The body every webhook carries: `{"type", "timestamp", "data"}`."""
+    return json.dumps(
+        {"type": event_type, "timestamp": timestamp.isoformat(), "data": data},
+        separators=(",", ":"),
+    ).encode()
 
 
 def delivery_body(event: JobEvent) -> bytes:
-    return json.dumps(
-        {"type": event.type, "timestamp": event.created_at.isoformat(), "data": event.payload},
-        separators=(",", ":"),
-    ).encode()
+    return _message(event.type, event.created_at, event.payload)
 
 
 def _excerpt(response: requests.Response) -> str:
@@ -175,16 +189,9 @@ def deliver(delivery_id: int) -> str:
 def send_test_event(subscription: WebhookSubscription) -> tuple[int | None, str, str]:
     """A signed `webhook.test` message sent at once and recorded nowhere: staff check that the
     receiver answers and verifies signatures before real events flow."""
-    message_id = f"msg_test_{uuid7()}"
-    body = json.dumps(
-        {
-            "type": TEST_EVENT_TYPE,
-            "timestamp": timezone.now().isoformat(),
-            "data": {"subscription_id": subscription.pk, "message": "A test event from staff."},
-        },
-        separators=(",", ":"),
-    ).encode()
-    return post_signed(subscription, message_id, body)
+    data = {"subscription_id": subscription.pk, "message": "A test event from staff."}
+    body = _message(TEST_EVENT_TYPE, timezone.now(), data)
+    return post_signed(subscription, f"msg_test_{uuid7()}", body)
 
 
 def _record_attempt(delivery: WebhookDelivery, *, status: int | None, excerpt: str, error: str):

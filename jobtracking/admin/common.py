@@ -11,6 +11,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from jobtracking import states
+from jobtracking.models import ActorType
+from jobtracking.services import Actor
 
 STATUS_COLOURS = {
     "pending": "#6c757d",
@@ -79,7 +81,7 @@ def record(request, objects: Iterable[models.Model], message: str) -> None:
         )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class NoWrites:
     """History is written by services only: nobody, superusers included, edits it here."""
 
     def has_add_permission(self, request, obj=None):
@@ -92,16 +94,16 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyAdmin(NoWrites, admin.ModelAdmin):
+    pass
+
+
+class ReadOnlyInline(NoWrites, admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = False
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+def admin_actor(request) -> Actor:
+    """The staff member at the console, as the services record them."""
+    return Actor(ActorType.ADMIN, request.user)

@@ -16,11 +16,11 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from jobtracking import states
-from jobtracking.admin.common import ago, moment, record, span, status_badge
+from jobtracking.admin.common import admin_actor, ago, moment, record, span, status_badge
 from jobtracking.errors import ApplicationError
-from jobtracking.models import ActorType, ExtractionJob, ExtractionResult, Priority
+from jobtracking.models import ExtractionJob, ExtractionResult, Priority
 from jobtracking.selectors import job_may_act
-from jobtracking.services import Actor, job_cancel, job_requeue
+from jobtracking.services import job_cancel, job_requeue
 
 
 def summary(job: ExtractionJob, now: datetime) -> list[tuple[str, Any]]:
@@ -122,25 +122,26 @@ class JobPageViews:
         ]
 
     def _visible_job(self, request, pk) -> ExtractionJob:
-        # Only jobs in the staff member's reach: the same queryset as the list.
-        job = get_object_or_404(self.get_queryset(request), pk=pk)
+        # Only jobs in the staff member's reach: `get_object` reads the list's queryset.
+        job = self.get_object(request, pk)
+        if job is None:
+            raise Http404
         if not self.has_view_permission(request, job):
             raise PermissionDenied
         return job
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        job = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        if job is not None:
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        # The page's own parts, for the job Django has already fetched.
+        if obj is not None:
             now = timezone.now()
             context.update(
-                summary=summary(job, now),
-                timeline=timeline(job, now),
-                results=list(job.results.order_by("-attempt")),
-                may_requeue=job.is_terminal and self._may_act(request, job, "requeue"),
-                may_cancel=not job.is_terminal and self._may_act(request, job, "cancel"),
+                summary=summary(obj, now),
+                timeline=timeline(obj, now),
+                results=list(obj.results.order_by("-attempt")),
+                may_requeue=obj.is_terminal and self._may_act(request, obj, "requeue"),
+                may_cancel=not obj.is_terminal and self._may_act(request, obj, "cancel"),
             )
-        return super().change_view(request, object_id, form_url, context)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _may_act(self, request, job, verb: str) -> bool:
         allowed = getattr(self, f"has_{verb}_permission")(request)
@@ -177,7 +178,7 @@ class JobPageViews:
             priority = Priority(int(data["priority"])) if data.get("priority") else None
             job_requeue(
                 job_id=job.pk,
-                actor=Actor(ActorType.ADMIN, request.user),
+                actor=admin_actor(request),
                 reason=reason,
                 force=data["force"],
                 priority=priority,
@@ -187,7 +188,7 @@ class JobPageViews:
 
     def cancel_view(self, request, pk):
         def act(job, reason, data) -> None:
-            job_cancel(job_id=job.pk, actor=Actor(ActorType.ADMIN, request.user), reason=reason)
+            job_cancel(job_id=job.pk, actor=admin_actor(request), reason=reason)
 
         return self._act_view(request, pk, "cancel", "cancelled", JobActForm, act)
 

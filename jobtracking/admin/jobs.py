@@ -17,6 +17,7 @@ from jobtracking.admin.common import (
     STATUS_LABELS,
     ReadOnlyAdmin,
     ReadOnlyInline,
+    admin_actor,
     moment,
     record,
     span,
@@ -25,9 +26,9 @@ from jobtracking.admin.common import (
 from jobtracking.admin.job_page import JobPageViews
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.errors import ApplicationError
-from jobtracking.models import ActorType, ExtractionJob, JobEvent, Priority
+from jobtracking.models import ExtractionJob, JobEvent, Priority
 from jobtracking.selectors import job_list, job_may_act, job_search
-from jobtracking.services import Actor, job_cancel, job_requeue, jobs_set_priority
+from jobtracking.services import job_cancel, job_requeue, jobs_set_priority
 
 # A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -267,7 +268,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
         return request.user.has_perm("jobtracking.cancel_extractionjob")
 
     def _apply(self, request, queryset, verb: str, act) -> None:
-        actor = Actor(ActorType.ADMIN, request.user)
+        actor = admin_actor(request)
         reason = request.POST.get("reason", "")
         done, refused = [], []
         for job in queryset.select_related(None).only("pk", "requested_by", "status"):

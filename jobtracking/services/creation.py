@@ -25,12 +25,16 @@ from jobtracking.errors import (
 )
 from jobtracking.events import job_event_payload
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
-from jobtracking.queue import enqueue_delivery
 from jobtracking.rows import insert_fields, insert_statement, json_rows
 from jobtracking.services.transitions import Actor, active_job_error
 from jobtracking.wakeup import CHANNEL as WAKE_CHANNEL
 from jobtracking.wakeup import NOTIFY_SQL, notify_due
-from jobtracking.webhooks import deliveries_fan_out, fan_out_statement, fan_out_values
+from jobtracking.webhooks import (
+    deliveries_fan_out,
+    enqueue_on_commit,
+    fan_out_statement,
+    fan_out_values,
+)
 
 
 def _json_size(value: Any) -> int:
@@ -263,7 +267,7 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
         with connection.cursor() as cursor:
             cursor.execute(created_rows_statement(), params)
             deliveries, _woken = cursor.fetchone()
-        transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in deliveries])
+        enqueue_on_commit(deliveries)
 
 
 @functools.cache
@@ -283,14 +287,9 @@ def created_rows_statement() -> str:
 
 def created_rows_params(jobs, changes, events, now) -> list:
     return [
-        *(
-            json_rows(objs, insert_fields(model))
-            for model, objs in (
-                (ExtractionJob, jobs),
-                (JobStatusChange, changes),
-                (JobEvent, events),
-            )
-        ),
+        json_rows(jobs, insert_fields(ExtractionJob)),
+        json_rows(changes, insert_fields(JobStatusChange)),
+        json_rows(events, insert_fields(JobEvent)),
         fan_out_values(now),
         WAKE_CHANNEL,
     ]
