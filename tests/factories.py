@@ -156,3 +156,18 @@ class WebhookDeliveryFactory(factory.django.DjangoModelFactory):
     subscription = factory.SubFactory(WebhookSubscriptionFactory)
     state = DeliveryState.PENDING
     next_attempt_at = factory.LazyFunction(timezone.now)
+
+
+def api_job(extractor=None, file_id: str = "f", *, user=None, **fields) -> ExtractionJob:
+    """A job made the way a client's request makes it: through `job_create` (audit row, event,
+    deliveries), by URL unless an upload is given."""
+    from jobtracking.services import Actor, job_create
+
+    if "upload" not in fields:
+        fields.setdefault("source_url", "https://files.example.org/f.pdf")
+    return job_create(
+        extractor=extractor or ExtractorFactory(),
+        actor=Actor("api", user),
+        file_id=file_id,
+        **fields,
+    )

@@ -37,6 +37,18 @@ def answers(url: str) -> bool:
         return False
 
 
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run `python manage.py ARGS` to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def start_command(*args: str, env: dict[str, str] | None = None, log: Path | None = None):
     """Start `python manage.py ARGS` in its own process group."""
     output = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115

@@ -5,12 +5,10 @@ before anything starts, and a last start-up line with the admin URL and login.""
 import os
 import signal
 import socket
-import subprocess
-import sys
 
 import pytest
 
-from tests.processes import ROOT, free_port, start_command, wait_until
+from tests.processes import free_port, manage, start_command, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -26,17 +24,6 @@ def sqlite_env(tmp_path_factory):
     }
     manage("migrate", "--no-input", "-v", "0", env=env)
     return env
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_commands_print_their_own_lines_without_django_q2s(sqlite_env):

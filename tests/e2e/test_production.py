@@ -16,7 +16,7 @@ from jobtracking.api.auth import token_issue
 from tests.e2e.conftest import wait_for_terminal
 from tests.factories import ExtractorFactory
 from tests.jobtracking.api.conftest import service_account
-from tests.processes import ROOT, answers, free_port, wait_until
+from tests.processes import ROOT, answers, free_port, manage, wait_until
 
 SECRET_VALUE = "sk-e2e-extractor-key-3f9a1c77d2"
 PRODUCTION_ENV = {
@@ -24,17 +24,6 @@ PRODUCTION_ENV = {
     "DJANGO_SECRET_KEY": "a-long-random-production-secret-for-tests-0123456789abcdefghij",
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
 }
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_production_settings_pass_check_deploy():

@@ -7,23 +7,12 @@ from django.test.utils import CaptureQueriesContext
 
 from jobtracking.errors import ActiveJobExistsError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
-from jobtracking.services import Actor, job_create
-from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
+from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory, api_job
 
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL statement"),
 ]
-
-
-def create(extractor, file_id="f-1", **fields):
-    return job_create(
-        extractor=extractor,
-        actor=Actor("api", fields.pop("user", None)),
-        file_id=file_id,
-        source_url="https://files.example.org/f.pdf",
-        **fields,
-    )
 
 
 def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up():
@@ -34,7 +23,7 @@ def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up()
     WebhookSubscriptionFactory(active=False)
     user = UserFactory()
     with CaptureQueriesContext(connection) as queries:
-        job = create(extractor, metadata={"grant": 4711}, user=user)
+        job = api_job(extractor, metadata={"grant": 4711}, user=user)
     writes = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]
     assert len(writes) == 1 and "pg_notify" in writes[0]
     stored = ExtractionJob.objects.get(pk=job.pk)
@@ -61,18 +50,18 @@ def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up()
 def test_a_conflict_inside_a_transaction_leaves_the_transaction_usable():
     extractor = ExtractorFactory()
     with transaction.atomic():
-        first = create(extractor)
+        first = api_job(extractor)
         with pytest.raises(ActiveJobExistsError, match=str(first.pk)):
-            create(extractor)
-        other = create(extractor, file_id="f-2")
+            api_job(extractor)
+        other = api_job(extractor, file_id="f-2")
     assert set(ExtractionJob.objects.values_list("pk", flat=True)) == {first.pk, other.pk}
     assert JobStatusChange.objects.count() == 2 and JobEvent.objects.count() == 2
 
 
 def test_a_refused_creation_writes_nothing():
     extractor = ExtractorFactory()
-    create(extractor)
+    api_job(extractor)
     with pytest.raises(ActiveJobExistsError):
-        create(extractor)
+        api_job(extractor)
     assert (ExtractionJob.objects.count(), JobStatusChange.objects.count()) == (1, 1)
     assert JobEvent.objects.count() == 1

@@ -13,8 +13,8 @@ from django.utils import timezone
 from jobtracking.admin.common import span
 from jobtracking.admin.job_page import page_texts
 from jobtracking.models import ExtractionJob, JobStatusChange
-from jobtracking.services import Actor, job_create, job_transition
-from tests.factories import ExtractionJobFactory, ExtractionResultFactory, ExtractorFactory
+from jobtracking.services import Actor, job_transition
+from tests.factories import ExtractionJobFactory, ExtractionResultFactory, ExtractorFactory, api_job
 from tests.jobtracking.admin.conftest import JOBS, OPERATOR, staff
 
 pytestmark = pytest.mark.django_db
@@ -39,10 +39,9 @@ def record_error(job) -> None:
 
 @pytest.fixture
 def failed_job():
-    job = job_create(
-        extractor=ExtractorFactory(slug="sandbox"),
-        actor=Actor("api"),
-        file_id="ledger",
+    job = api_job(
+        ExtractorFactory(slug="sandbox"),
+        "ledger",
         file_name="ledger.pdf",
         source_url="https://files.example.org/ledger.pdf",
     )
@@ -123,12 +122,7 @@ def test_requeueing_a_succeeded_job_needs_force(operator, client):
 
 
 def test_cancel_button_cancels_an_active_job(operator, client):
-    job = job_create(
-        extractor=ExtractorFactory(),
-        actor=Actor("api"),
-        file_id="f",
-        source_url="https://files.example.org/f.pdf",
-    )
+    job = api_job()
     assert 'id="cancel-button"' in page(client, job)
     client.post(f"{JOBS}{job.pk}/cancel/", {"reason": "duplicate upload"})
     job.refresh_from_db()
@@ -162,9 +156,7 @@ def test_list_actions_write_log_entries(operator, client, failed_job):
 
 
 def test_the_upload_is_downloadable(operator, client):
-    job = job_create(
-        extractor=ExtractorFactory(),
-        actor=Actor("api"),
+    job = api_job(
         file_id="csv-1",
         file_name="budget.csv",
         content_type="text/csv",

@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from jobtracking.models import ExtractionJob
-from tests.factories import ExtractorFactory
+from tests.factories import ExtractorFactory, api_job
 from tests.jobtracking.api.conftest import service_account
 
 pytestmark = pytest.mark.django_db
@@ -107,14 +107,7 @@ def test_the_filter_form_is_labelled(person, extractor):
 
 
 def test_an_action_form_takes_the_actions_fields(person, extractor):
-    from jobtracking.services import Actor, job_create
-
-    job = job_create(
-        extractor=extractor,
-        actor=Actor("api", get_user_model().objects.get(username="person")),
-        file_id="f",
-        source_url="https://files.example.org/f.pdf",
-    )
+    job = api_job(extractor, user=get_user_model().objects.get(username="person"))
     page = html(person.get(f"{JOBS}{job.pk}/requeue/", HTTP_ACCEPT="text/html"))
     assert 'name="force"' in page and 'name="reason"' in page and 'name="poll_count"' not in page
     kept = person.post(
