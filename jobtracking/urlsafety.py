@@ -25,10 +25,11 @@ def _allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     return [ipaddress.ip_network(net, strict=False) for net in settings.OUTBOUND_ALLOWED_NETWORKS]
 
 
-def check_public_url(url: str) -> list[str] | None:
+def check_public_url(url: str, *, approved_hosts: dict | None = None) -> list[str] | None:
     """Raise `UnsafeURLError` unless `url` is http(s) and every address its host resolves to is
     public, or the host or its network is allowed by settings. Returns the approved addresses to
-    connect to (None for a host the settings allow by name)."""
+    connect to (None for a host the settings allow by name). `approved_hosts` remembers the
+    hosts approved so far, for a caller checking many URLs at once (a bulk create's)."""
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -43,6 +44,14 @@ def check_public_url(url: str) -> list[str] | None:
         raise UnsafeURLError("URLs with credentials are not accepted.")
     if host in settings.OUTBOUND_ALLOWED_HOSTS:
         return None
+    if approved_hosts is None:
+        return _public_addresses(host, port)
+    if (host, port) not in approved_hosts:
+        approved_hosts[host, port] = _public_addresses(host, port)
+    return approved_hosts[host, port]
+
+
+def _public_addresses(host: str, port: int) -> list[str]:
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):

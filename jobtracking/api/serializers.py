@@ -455,7 +455,7 @@ class ExtractionJobCreateSerializer(StrictSerializer):
         if not url:
             return url  # as if absent (the browsable API's forms send every field)
         try:
-            check_public_url(url)
+            check_public_url(url, approved_hosts=self.context.get("approved_hosts"))
         except UnsafeURLError as error:
             raise serializers.ValidationError(error.message) from None
         return url

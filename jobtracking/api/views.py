@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
+from jobtracking.api.bulk_items import BulkItemValidator
 from jobtracking.api.docs import (
     events_docs,
     extractors_docs,
@@ -198,15 +199,13 @@ class ExtractionJobViewSet(
         envelope.is_valid(raise_exception=True)
         items = envelope.validated_data["jobs"]
         slugs = {item.get("extractor") for item in items if isinstance(item.get("extractor"), str)}
-        context = {"extractors": {e.slug: e for e in Extractor.objects.filter(slug__in=slugs)}}
-        # One serializer validates every item: its fields are built once, not per item.
-        checker = ExtractionJobCreateSerializer(context=context)
+        checker = BulkItemValidator({e.slug: e for e in Extractor.objects.filter(slug__in=slugs)})
         valid, results = [], {}
         for index, item in enumerate(items):
             try:
                 if "file" in item:
                     raise ValidationError({"file": ["Bulk create takes source_url only."]})
-                valid.append((index, job_fields(checker.run_validation(item))))
+                valid.append((index, checker.validated(item)))
             except ValidationError as error:
                 body = problem_body(
                     400,

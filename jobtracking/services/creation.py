@@ -25,7 +25,7 @@ from jobtracking.errors import (
 )
 from jobtracking.events import job_event_payload
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
-from jobtracking.rows import insert_fields, insert_statement, json_rows
+from jobtracking.rows import insert_fields, insert_statement, instance, json_rows
 from jobtracking.services.transitions import Actor, active_job_error
 from jobtracking.wakeup import CHANNEL as WAKE_CHANNEL
 from jobtracking.wakeup import NOTIFY_SQL, notify_due
@@ -98,9 +98,10 @@ def job_create(
         metadata=metadata,
     )
     now = timezone.now()
-    job = ExtractionJob(
+    job = _new_job(
         extractor=extractor,
-        status_id=states.PENDING,
+        actor=actor,
+        now=now,
         file_id=file_id,
         file_name=file_name,
         content_type=content_type,
@@ -109,13 +110,9 @@ def job_create(
         source_url=source_url,
         options=options,
         metadata=metadata,
-        requested_by=actor.user,
         priority=priority,
         idempotency_key=idempotency_key,
         request_fingerprint=request_fingerprint,
-        created_at=now,
-        due_at=now,
-        deadline_at=now + extractor.max_duration,
     )
     if upload is not None:
         job.upload.save(upload.name or file_name or "upload", upload, save=False)
@@ -203,15 +200,7 @@ def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOu
                 )
             )
             continue
-        job = ExtractionJob(
-            status_id=states.PENDING,
-            requested_by=actor.user,
-            created_at=now,
-            updated_at=now,
-            due_at=now,
-            deadline_at=now + item["extractor"].max_duration,
-            **item,
-        )
+        job = _new_job(actor=actor, now=now, **item)
         active[key] = job.id
         jobs.append(job)
         outcomes.append(BulkOutcome(index, job=job))
@@ -221,6 +210,25 @@ def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOu
         # A concurrent request made one of these files active meanwhile: one savepoint each.
         return [_create_one(index, item, actor) for index, item in enumerate(items)]
     return outcomes
+
+
+def _new_job(*, extractor: Extractor, actor: Actor, now, **fields: Any) -> ExtractionJob:
+    """A new job, `pending` and due now, with the extractor and requester its representation
+    and events read already attached."""
+    job = instance(
+        ExtractionJob,
+        extractor_id=extractor.pk,
+        requested_by_id=actor.user_id,
+        status_id=states.PENDING,
+        created_at=now,
+        updated_at=now,
+        due_at=now,
+        deadline_at=now + extractor.max_duration,
+        **fields,
+    )
+    job.extractor = extractor
+    job.requested_by = actor.user
+    return job
 
 
 def _create_one(index: int, item: dict[str, Any], actor: Actor) -> BulkOutcome:
@@ -239,20 +247,27 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     if not jobs:
         return
     changes = [
-        JobStatusChange(
-            job=job,
+        instance(
+            JobStatusChange,
+            job_id=job.pk,
             to_status_id=states.PENDING,
             attempt=1,
             changed_at=now,
             actor_type=actor.type,
-            actor=actor.user,
+            actor_id=actor.user_id,
             reason=reason,
             details=actor.details,
         )
         for job in jobs
     ]
     events = [
-        JobEvent(job=job, type=states.EVENT_CREATED, payload=job_event_payload(job), created_at=now)
+        instance(
+            JobEvent,
+            job_id=job.pk,
+            type=states.EVENT_CREATED,
+            payload=job_event_payload(job),
+            created_at=now,
+        )
         for job in jobs
     ]
     if connection.vendor != "postgresql":

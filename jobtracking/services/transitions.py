@@ -70,6 +70,10 @@ class Actor:
     user: AbstractBaseUser | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def user_id(self) -> int | None:
+        return getattr(self.user, "pk", None)
+
     @classmethod
     def system(cls) -> "Actor":
         return cls(ActorType.SYSTEM)

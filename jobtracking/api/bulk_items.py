@@ -1,0 +1,90 @@
+"""A bulk create's items, validated quickly. Most items are plainly valid: for those, each field's
+own rules (the create serializer's validators, limits and `validate_*` methods) run without
+DRF's per-field machinery, which cost four times the rules themselves. An item the quick path
+does not plainly accept goes through the serializer, whose messages the client gets; the quick
+path never accepts what the serializer refuses, nor returns other data
+(`tests/jobtracking/api/test_bulk_items.py` holds both to that)."""
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework.exceptions import ValidationError
+
+from extraction.models import Extractor
+from jobtracking.api.serializers import ExtractionJobCreateSerializer
+
+TEXT_FIELDS = ("file_id", "file_name", "content_type", "file_sha256", "source_url")
+JSON_FIELDS = ("options", "metadata")
+QUICK_FIELDS = frozenset({"extractor", "file_size", "priority", *TEXT_FIELDS, *JSON_FIELDS})
+
+
+class NotPlain(Exception):
+    """The item needs the serializer (to be refused with its messages, or to be sure)."""
+
+
+class BulkItemValidator:
+    def __init__(self, extractors: dict[str, Extractor]) -> None:
+        self.extractors = extractors
+        # Each host is resolved and checked once a request (a batch's URLs tend to share one).
+        context = {"extractors": extractors, "approved_hosts": {}}
+        self.serializer = ExtractionJobCreateSerializer(context=context)
+        self.fields = self.serializer.fields
+
+    def validated(self, item: Any) -> dict[str, Any]:
+        """The item's validated data, or DRF's ValidationError."""
+        quick = self.quick(item)
+        return self.serializer.run_validation(item) if quick is None else quick
+
+    def quick(self, item: Any) -> dict[str, Any] | None:
+        """The validated data of a plainly valid item; None for the serializer to judge."""
+        try:
+            return self._plainly_valid(item)
+        except (NotPlain, ValidationError, DjangoValidationError):
+            return None
+
+    def _plainly_valid(self, item: Any) -> dict[str, Any]:
+        if type(item) is not dict or not item.keys() <= QUICK_FIELDS:
+            raise NotPlain
+        slug = item.get("extractor")
+        extractor = self.extractors.get(slug) if type(slug) is str else None
+        if extractor is None:
+            raise NotPlain
+        data = {"extractor": self.serializer.validate_extractor(extractor)}
+        for name in TEXT_FIELDS:
+            if name in item:
+                data[name] = self._text(name, item[name])
+        if not data.get("source_url"):
+            raise NotPlain  # a bulk item's one source
+        self.serializer.validate_source_url(data["source_url"])
+        if "file_size" in item:
+            data["file_size"] = self._size(item["file_size"])
+        for name in JSON_FIELDS:
+            field = self.fields[name]
+            if name in item:
+                data[name] = field.to_internal_value(item[name])
+            else:
+                data[name] = field.get_default()
+        if "priority" in item:
+            data["priority"] = self.fields["priority"].to_internal_value(item["priority"])
+        return data
+
+    def _text(self, name: str, value: Any) -> str:
+        """A string DRF's CharField would keep as it is (nothing to trim), by its validators."""
+        field = self.fields[name]
+        if type(value) is not str or value != value.strip():
+            raise NotPlain
+        if not value:
+            if not field.allow_blank:
+                raise NotPlain
+            return value
+        for validator in field.validators:
+            validator(value)
+        return value
+
+    def _size(self, value: Any) -> int | None:
+        field = self.fields["file_size"]
+        if value is None:
+            return None
+        if type(value) is not int or not field.min_value <= value <= field.max_value:
+            raise NotPlain
+        return value

@@ -1,0 +1,176 @@
+"""The bulk create's quick validation (`jobtracking.api.bulk_items`) against the create
+serializer it stands in for: what the quick path accepts, the serializer accepts with the same
+data; what it does not, the serializer judges (with its messages)."""
+
+import socket
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rest_framework.exceptions import ValidationError
+
+from jobtracking.api.bulk_items import BulkItemValidator
+from jobtracking.api.serializers import ExtractionJobCreateSerializer
+from tests.factories import ExtractorFactory
+
+pytestmark = pytest.mark.django_db
+PUBLIC_URL = "https://93.184.216.34/a.pdf"
+
+
+@pytest.fixture
+def extractors(db) -> dict:
+    found = [ExtractorFactory(slug="on"), ExtractorFactory(slug="off", enabled=False)]
+    return {extractor.slug: extractor for extractor in found}
+
+
+ABSENT = object()
+# Odd values per field, each next to a plain item in one test, mixed with random ones in another.
+ODD = {
+    "extractor": ["off", "missing", "", 5, None, ["on"], ABSENT],
+    "file_id": [" f-1", "f-1 ", "", " ", "x" * 255, "x" * 256, "a\x00", "\ud800", 7, None],
+    "file_name": ["budget.pdf", "", " ", "n" * 255, "n" * 256, None],
+    "content_type": ["application/pdf", "", "t" * 101, 3],
+    "file_size": [None, True, "12", 1.5, -1, 0, 2**63 - 1, 2**63, 10**30],
+    "file_sha256": ["a" * 64, "A" * 64, "g" * 64, "", " " + "a" * 64, "a" * 63],
+    "source_url": [
+        "http://10.0.0.1/x.pdf",
+        "ftp://93.184.216.34/a.pdf",
+        "https://user:pw@93.184.216.34/a.pdf",
+        "https://93.184.216.34/" + "a" * 1900,
+        "https://93.184.216.34/" + "a" * 2000,
+        " " + PUBLIC_URL,
+        "not a url",
+        "",
+        None,
+        ABSENT,
+    ],
+    "options": [{}, {"a": [1, {"b": None}]}, "{}", '{"a": 1}', "[", [], None, 3],
+    "metadata": [{"n": 10**30}, {"bad": "\ud800"}, {"nul": "\x00"}, {"f": 1.5}, "{}", None],
+    "priority": ["interactive", "normal", "bulk", "urgent", "", None, 1],
+    "csrfmiddlewaretoken": ["t"],
+    "unknown": [1],
+}
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+RANDOM = {
+    **dict.fromkeys(
+        ("file_id", "file_name", "content_type", "file_sha256", "source_url"), st.text(max_size=300)
+    ),
+    "file_size": st.integers(min_value=-2, max_value=2**64),
+    "options": JSON_VALUES,
+    "metadata": JSON_VALUES,
+}
+FIELDS = {
+    name: st.sampled_from(values) | RANDOM[name] if name in RANDOM else st.sampled_from(values)
+    for name, values in ODD.items()
+}
+PLAIN = {"extractor": "on", "file_id": "f-1", "source_url": PUBLIC_URL}
+
+
+def with_swaps(swaps: dict) -> dict:
+    item = {**PLAIN, **swaps}
+    return {name: value for name, value in item.items() if value is not ABSENT}
+
+
+ITEMS = (
+    st.lists(st.sampled_from(sorted(FIELDS)), max_size=3, unique=True)
+    .flatmap(lambda names: st.fixed_dictionaries({name: FIELDS[name] for name in names}))
+    .map(with_swaps)
+)
+
+
+def judged(serializer, item) -> tuple:
+    try:
+        return "valid", serializer.run_validation(item)
+    except ValidationError as error:
+        return "refused", error.detail
+
+
+def assert_agrees(extractors: dict, item) -> None:
+    validator = BulkItemValidator(extractors)
+    serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
+    quick = validator.quick(item)
+    if quick is not None:
+        assert judged(serializer, item) == ("valid", quick)
+    assert judged(validator.serializer, item) == judged(serializer, item)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [(name, value) for name, values in ODD.items() for value in values]
+)
+def test_the_quick_path_agrees_with_the_serializer_on_each_odd_value(extractors, name, value):
+    assert_agrees(extractors, with_swaps({name: value}))
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(item=ITEMS)
+def test_the_quick_path_accepts_only_what_the_serializer_accepts_with_the_same_data(
+    extractors, item
+):
+    assert_agrees(extractors, item)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"extractor": "on", "file_id": "f-1", "source_url": PUBLIC_URL},
+        {
+            "extractor": "on",
+            "file_id": "f-2",
+            "file_name": "budget.pdf",
+            "content_type": "application/pdf",
+            "file_size": 2048,
+            "file_sha256": "a" * 64,
+            "source_url": PUBLIC_URL,
+            "options": {"locale": "en"},
+            "metadata": {"grant": 42},
+            "priority": "interactive",
+        },
+    ],
+)
+def test_plain_items_take_the_quick_path(extractors, item):
+    serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
+    assert BulkItemValidator(extractors).quick(item) == serializer.run_validation(item)
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        ({"extractor": "off", "file_id": "f", "source_url": PUBLIC_URL}, "extractor"),
+        ({"extractor": "on", "file_id": " ", "source_url": PUBLIC_URL}, "file_id"),
+        ({"extractor": "on", "file_id": "f", "source_url": "http://10.0.0.1/x"}, "source_url"),
+        ({"extractor": "on", "file_id": "f", "source_url": PUBLIC_URL, "x": 1}, "x"),
+    ],
+)
+def test_other_items_get_the_serializers_messages(extractors, item, field):
+    with pytest.raises(ValidationError) as refused:
+        BulkItemValidator(extractors).validated(item)
+    assert field in refused.value.detail
+
+
+def test_each_host_is_resolved_once_a_batch_and_a_refused_one_every_time(extractors, monkeypatch):
+    resolved = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        resolved.append(host)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    real_getaddrinfo = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    validator = BulkItemValidator(extractors)
+    for n in range(3):
+        validator.validated({"extractor": "on", "file_id": f"f{n}", "source_url": PUBLIC_URL})
+    for _ in range(2):
+        with pytest.raises(ValidationError):
+            validator.validated(
+                {"extractor": "on", "file_id": "f", "source_url": "http://10.0.0.1/"}
+            )
+    assert resolved.count("93.184.216.34") == 1
+    assert resolved.count("10.0.0.1") >= 2
