@@ -25,7 +25,15 @@ from jobtracking.errors import (
 )
 from jobtracking.events import job_event_payload
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
-from jobtracking.rows import insert_fields, insert_statement, instance, json_rows
+from jobtracking.rows import (
+    columns,
+    insert_fields,
+    insert_statement,
+    instance,
+    json_rows,
+    select_rows,
+    table,
+)
 from jobtracking.services.transitions import Actor, active_job_error
 from jobtracking.wakeup import CHANNEL as WAKE_CHANNEL
 from jobtracking.wakeup import NOTIFY_SQL, notify_due
@@ -246,20 +254,16 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     conflict from spoiling it."""
     if not jobs:
         return
-    changes = [
-        instance(
-            JobStatusChange,
-            job_id=job.pk,
-            to_status_id=states.PENDING,
-            attempt=1,
-            changed_at=now,
-            actor_type=actor.type,
-            actor_id=actor.user_id,
-            reason=reason,
-            details=actor.details,
-        )
-        for job in jobs
-    ]
+    # The audit row every new job gets; only the job differs.
+    change = {
+        "to_status_id": states.PENDING,
+        "attempt": 1,
+        "changed_at": now,
+        "actor_type": actor.type,
+        "actor_id": actor.user_id,
+        "reason": reason,
+        "details": actor.details,
+    }
     events = [
         instance(
             JobEvent,
@@ -273,11 +277,19 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     if connection.vendor != "postgresql":
         with transaction.atomic():
             ExtractionJob.objects.bulk_create(jobs)
-            JobStatusChange.objects.bulk_create(changes)
+            JobStatusChange.objects.bulk_create(
+                instance(JobStatusChange, job_id=job.pk, **change) for job in jobs
+            )
             deliveries_fan_out(JobEvent.objects.bulk_create(events))
             notify_due()
         return
-    params = created_rows_params(jobs, changes, events, now)
+    params = [
+        json_rows(jobs, insert_fields(ExtractionJob)),
+        json_rows([instance(JobStatusChange, **change)], _change_value_fields()),
+        json_rows(events, insert_fields(JobEvent)),
+        fan_out_values(now),
+        WAKE_CHANNEL,
+    ]
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         with connection.cursor() as cursor:
             cursor.execute(created_rows_statement(), params)
@@ -285,26 +297,25 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
         enqueue_on_commit(deliveries)
 
 
+def _change_value_fields() -> tuple:
+    return insert_fields(JobStatusChange, exclude=("job",))
+
+
 @functools.cache
 def created_rows_statement() -> str:
     """One statement that inserts every row a creation writes and returns the new deliveries'
     ids. Its CTEs all see the same snapshot; the foreign keys between them are checked at the
-    end, when every row is there. Its parameters: `created_rows_params`."""
+    end, when every row is there. Its parameters: the jobs, the audit row they share (each job
+    gets a copy), the events (`json_rows`), the deliveries' values (`fan_out_values`) and the
+    dispatcher's channel."""
+    fields = _change_value_fields()
+    job_column = JobStatusChange._meta.get_field("job").column
     return (
-        f"WITH new_jobs AS ({insert_statement(ExtractionJob)}), "
-        f"new_changes AS ({insert_statement(JobStatusChange)}), "
+        f"WITH new_jobs AS ({insert_statement(ExtractionJob, returning='id')}), "
+        f"new_changes AS (INSERT INTO {table(JobStatusChange)} ({job_column}, {columns(fields)}) "
+        f"SELECT j.id, c.* FROM new_jobs j CROSS JOIN ({select_rows(JobStatusChange, fields)}) c), "
         f"new_events AS ({insert_statement(JobEvent, returning='id, type')}), "
         f"new_deliveries AS ({fan_out_statement('new_events')}), "
         f"woken AS ({NOTIFY_SQL}) "
         "SELECT ARRAY(SELECT id FROM new_deliveries), (SELECT count(*) FROM woken)"
     )
-
-
-def created_rows_params(jobs, changes, events, now) -> list:
-    return [
-        json_rows(jobs, insert_fields(ExtractionJob)),
-        json_rows(changes, insert_fields(JobStatusChange)),
-        json_rows(events, insert_fields(JobEvent)),
-        fan_out_values(now),
-        WAKE_CHANNEL,
-    ]
