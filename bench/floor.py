@@ -1,6 +1,7 @@
-"""The API benchmark's floor, served by the same gunicorn as the API (`bench.floor_settings`): an
-authenticated DRF view with the API's authentication, permission and throttle classes that
-parses a JSON body and INSERTs one row. This module is that server's URLconf."""
+"""The API benchmark's floors, served by the same gunicorn as the API (`bench.floor_settings`):
+authenticated DRF views with the API's authentication, permission and throttle classes that
+parse a JSON body and INSERT one row, or for a bulk body one row per item in one statement.
+This module is that server's URLconf."""
 
 import json
 
@@ -25,9 +26,25 @@ class FloorView(APIView):
         return Response({"id": row_id}, status=201)
 
 
+class BulkFloorView(APIView):
+    def post(self, request):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {TABLE} (body) SELECT value FROM jsonb_array_elements(%s::jsonb) "
+                "RETURNING id",
+                [json.dumps(request.data["jobs"])],
+            )
+            ids = [row_id for (row_id,) in cursor.fetchall()]
+        return Response({"ids": ids})
+
+
 def create_table() -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (id bigserial PRIMARY KEY, body jsonb)")
 
 
-urlpatterns = [path("bench/floor/", FloorView.as_view()), *service_urlpatterns]
+urlpatterns = [
+    path("bench/floor/", FloorView.as_view()),
+    path("bench/floor/bulk/", BulkFloorView.as_view()),
+    *service_urlpatterns,
+]

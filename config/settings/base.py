@@ -265,7 +265,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "jobtracking.api.schema.ProblemAutoSchema",
     "EXCEPTION_HANDLER": "jobtracking.api.errors.problem_exception_handler",
     "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
+        "jobtracking.api.renderers.FastJSONRenderer",
         "jobtracking.api.renderers.FormErrorsBrowsableAPIRenderer",
     ],
 }

@@ -9,10 +9,11 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
-from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 
 from jobtracking.api.problems import problem_type
+from jobtracking.api.renderers import FastJSONRenderer
 from jobtracking.errors import ApplicationError, JobValidationError
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         response.content_type = None
     else:
         # Errors are JSON whatever the endpoint renders otherwise (YAML schema, CSV...).
-        request.accepted_renderer = JSONRenderer()
+        request.accepted_renderer = FastJSONRenderer()
         request.accepted_media_type = "application/problem+json"
     return response
 
