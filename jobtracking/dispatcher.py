@@ -17,7 +17,7 @@ import socket
 import time
 from collections import defaultdict
 from datetime import timedelta
-from functools import partial
+from functools import cached_property, partial
 from uuid import UUID
 
 from django.conf import settings
@@ -142,7 +142,6 @@ class Dispatcher:
         self.batch_size = batch_size or settings.JOBS_DISPATCH_BATCH_SIZE
         self.idle = settings.JOBS_DISPATCH_IDLE_SECONDS if idle is None else idle
         self.gather = settings.JOBS_DISPATCH_GATHER_SECONDS
-        self.broker = get_broker()
         self.lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
         self.name = f"dispatcher@{socket.gethostname()}:{os.getpid()}"
         self.stopping = False
@@ -150,6 +149,12 @@ class Dispatcher:
         self.last_beat = 0.0
         self.held_back = False
         self.last_delivery_round = 0.0
+
+    @cached_property
+    def broker(self):
+        """django-q2's broker, made at first use: making it connects, so a dispatcher started
+        during a database outage retries like any round that meets one (not cached until made)."""
+        return get_broker()
 
     def stop(self, *_args) -> None:
         self.stopping = True

@@ -20,7 +20,7 @@ from tests.e2e.conftest import (
     wait_for_status,
     wait_for_terminal,
 )
-from tests.processes import wait_until
+from tests.processes import free_port, start_command, stop, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -176,6 +176,22 @@ def test_postgresql_restart_mid_run_is_recovered_without_a_person(stack, sandbox
     jobs = wait_for_terminal(job_ids, 120, stack)
     assert {job.status_id for job in jobs} == {"succeeded"}
     assert_no_duplicate_submissions(sandbox, jobs)
+
+
+def test_a_dispatcher_started_during_a_database_outage_waits_for_the_database(tmp_path):
+    # Nothing listens on the port: the database is down when the dispatcher starts.
+    url = f"postgres://postgres@127.0.0.1:{free_port()}/jobtracking"
+    log = tmp_path / "dispatcher.log"
+    dispatcher = start_command("run_dispatcher", env={"DATABASE_URL": url, "Q_SYNC": "0"}, log=log)
+    try:
+        wait_until(
+            lambda: "retrying in" in log.read_text() or dispatcher.poll() is not None,
+            60,
+            "a retried round",
+        )
+        assert dispatcher.poll() is None, log.read_text()
+    finally:
+        stop(dispatcher, signal.SIGKILL)
 
 
 def test_idle_workers_killed_stall_the_cluster_and_the_supervisor_restarts_it(
