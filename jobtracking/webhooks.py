@@ -71,9 +71,8 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     if not subscriptions:
         return
     now = timezone.now()
-    lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
     deliveries = WebhookDelivery.objects.bulk_create(
-        WebhookDelivery(event=event, subscription=sub, next_attempt_at=lease, created_at=now)
+        _pending_delivery(now, event=event, subscription=sub)
         for event in events
         for sub in subscriptions
         if wants(sub, event.type)
@@ -112,9 +111,13 @@ def fan_out_statement(events: str) -> str:
 
 
 def fan_out_values(now) -> str:
+    return json_rows([_pending_delivery(now)], _delivery_value_fields())
+
+
+def _pending_delivery(now, **relations) -> WebhookDelivery:
+    """A new delivery: its first due time is a lease away (see `deliveries_fan_out`)."""
     lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
-    template = WebhookDelivery(next_attempt_at=lease, created_at=now)
-    return json_rows([template], _delivery_value_fields())
+    return WebhookDelivery(next_attempt_at=lease, created_at=now, **relations)
 
 
 def _message(event_type: str, timestamp, data: dict) -> bytes:

@@ -229,7 +229,6 @@ def _new_job(*, extractor: Extractor, actor: Actor, now, **fields: Any) -> Extra
         requested_by_id=actor.user_id,
         status_id=states.PENDING,
         created_at=now,
-        updated_at=now,
         due_at=now,
         deadline_at=now + extractor.max_duration,
         **fields,
