@@ -31,6 +31,7 @@ from jobtracking.rows import (
     insert_statement,
     instance,
     json_rows,
+    row_set,
     select_rows,
     table,
 )
@@ -282,16 +283,20 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
             deliveries_fan_out(JobEvent.objects.bulk_create(events))
             notify_due()
         return
+    job_rows = row_set(jobs, insert_fields(ExtractionJob))
+    event_rows = row_set(events, insert_fields(JobEvent))
     params = [
-        json_rows(jobs, insert_fields(ExtractionJob)),
+        job_rows.rows,
+        job_rows.shared,
         json_rows([instance(JobStatusChange, **change)], _change_value_fields()),
-        json_rows(events, insert_fields(JobEvent)),
+        event_rows.rows,
+        event_rows.shared,
         fan_out_values(now),
         WAKE_CHANNEL,
     ]
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         with connection.cursor() as cursor:
-            cursor.execute(created_rows_statement(), params)
+            cursor.execute(created_rows_statement(job_rows.own, event_rows.own), params)
             deliveries, _woken = cursor.fetchone()
         enqueue_on_commit(deliveries)
 
@@ -301,19 +306,20 @@ def _change_value_fields() -> tuple:
 
 
 @functools.cache
-def created_rows_statement() -> str:
+def created_rows_statement(job_fields: tuple, event_fields: tuple) -> str:
     """One statement that inserts every row a creation writes and returns the new deliveries'
     ids. Its CTEs all see the same snapshot; the foreign keys between them are checked at the
-    end, when every row is there. Its parameters: the jobs, the audit row they share (each job
-    gets a copy), the events (`json_rows`), the deliveries' values (`fan_out_values`) and the
-    dispatcher's channel."""
+    end, when every row is there. Its parameters: the jobs (a `RowSet` whose own fields are
+    `job_fields`), the audit row they share (each job gets a copy), the events (a `RowSet`
+    with `event_fields`), the deliveries' values (`fan_out_values`) and the dispatcher's
+    channel."""
     fields = _change_value_fields()
     job_column = JobStatusChange._meta.get_field("job").column
     return (
-        f"WITH new_jobs AS ({insert_statement(ExtractionJob, returning='id')}), "
+        f"WITH new_jobs AS ({insert_statement(ExtractionJob, job_fields, returning='id')}), "
         f"new_changes AS (INSERT INTO {table(JobStatusChange)} ({job_column}, {columns(fields)}) "
         f"SELECT j.id, c.* FROM new_jobs j CROSS JOIN ({select_rows(JobStatusChange, fields)}) c), "
-        f"new_events AS ({insert_statement(JobEvent, returning='id, type')}), "
+        f"new_events AS ({insert_statement(JobEvent, event_fields, returning='id, type')}), "
         f"new_deliveries AS ({fan_out_statement('new_events')}), "
         f"woken AS ({NOTIFY_SQL}) "
         "SELECT ARRAY(SELECT id FROM new_deliveries), (SELECT count(*) FROM woken)"
