@@ -218,8 +218,15 @@ class JobStatusChange(models.Model):
     job = models.ForeignKey(
         ExtractionJob, on_delete=models.CASCADE, related_name="status_changes", db_index=False
     )
+    # Not indexed: nothing looks changes up by the status they left (and each index is one more
+    # write per change).
     from_status = models.ForeignKey(
-        JobStatus, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        JobStatus,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
     )
     to_status = models.ForeignKey(
         JobStatus, on_delete=models.PROTECT, related_name="+", db_index=False
