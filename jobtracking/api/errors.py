@@ -56,13 +56,22 @@ def problem(status_code: int, code: str, detail: str, headers=None, **extra: Any
 
 
 def field_errors(detail: Any) -> dict[str, list]:
-    """Always {field: [messages]}."""
-    if not isinstance(detail, dict):
-        detail = {"non_field_errors": detail}
-    return {
-        field: messages if isinstance(messages, list) else [messages]
-        for field, messages in detail.items()
-    }
+    """Always {field: [messages]}; a nested field by its path (`jobs.1`: a bulk body's second
+    item)."""
+    errors: dict[str, list] = {}
+
+    def add(path: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                add(f"{path}.{key}" if path else str(key), inner)
+        elif isinstance(value, list):
+            for inner in value:
+                add(path, inner)
+        else:
+            errors.setdefault(path or "non_field_errors", []).append(value)
+
+    add("", detail)
+    return errors
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

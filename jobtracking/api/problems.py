@@ -8,8 +8,9 @@ from django.utils.html import format_html, format_html_join
 PROBLEMS = {
     "validation_error": (
         400,
-        "The request body or a parameter is invalid. `errors` maps each field to its messages; "
-        "fix those fields and send the request again. Unknown fields are refused by name.",
+        "The request body or a parameter is invalid. `errors` maps each field to its messages "
+        "(a nested one by its path: `jobs.1` is a bulk body's second item); fix those fields "
+        "and send the request again. Unknown fields are refused by name.",
     ),
     "parse_error": (400, "The body is not valid JSON (or form data). Check the Content-Type."),
     "bad_request": (400, "The request could not be read (for example a malformed header)."),

@@ -529,9 +529,25 @@ def job_fields(validated: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class ObjectField(serializers.Field):
+    """A JSON object as it came: its fields are for the item's own validation to judge (DRF's
+    DictField would copy each value through a field of its own)."""
+
+    default_error_messages = serializers.DictField.default_error_messages
+
+    def to_internal_value(self, data):
+        if type(data) is not dict:
+            self.fail("not_a_dict", input_type=type(data).__name__)
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class BulkCreateSerializer(StrictSerializer):
     jobs = serializers.ListField(
-        child=serializers.DictField(),
+        child=ObjectField(),
         min_length=1,
         max_length=settings.JOBS_BULK_MAX,
         help_text="Job objects as for a single JSON create (source_url only).",

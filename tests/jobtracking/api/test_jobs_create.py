@@ -211,6 +211,23 @@ def test_bulk_create_refuses_more_than_the_limit(api, extractor):
     assert not ExtractionJob.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (1, 'Expected a dictionary of items but got type "int".'),
+        ("job", 'Expected a dictionary of items but got type "str".'),
+        (["a"], 'Expected a dictionary of items but got type "list".'),
+        (None, "This field may not be null."),
+    ],
+)
+def test_a_bulk_item_that_is_not_an_object_is_refused_by_its_path(api, extractor, item, message):
+    problem = assert_problem(
+        api.post(URL + "bulk/", {"jobs": [body(), item]}, format="json"), 400, "validation_error"
+    )
+    assert problem["errors"] == {"jobs.1": [message]}
+    assert not ExtractionJob.objects.exists()
+
+
 # Priority
 
 
