@@ -112,7 +112,7 @@ def row_set(objs: list[models.Model], fields: tuple) -> RowSet:
     for reader in _readers(fields):
         column, _attname, field = reader
         values = _values(objs, reader)
-        if _shared(values, field):
+        if len(values) == 1 or _shared(values, field):
             shared[column] = values[0]
         else:
             own.append(field)
