@@ -122,6 +122,9 @@ def database_from_env() -> dict:
 
 
 DATABASES = {"default": database_from_env()}
+# Job creation's statement prepared once per connection (`jobtracking.prepared`); off behind a
+# PgBouncer in transaction mode.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -27,6 +27,7 @@ from jobtracking.errors import (
 )
 from jobtracking.events import job_event_payload
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
+from jobtracking.prepared import execute_prepared
 from jobtracking.rows import (
     columns,
     insert_fields,
@@ -311,7 +312,7 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     ]
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         with connection.cursor() as cursor:
-            cursor.execute(created_rows_statement(job_rows.own, event_rows.own), params)
+            execute_prepared(cursor, created_rows_statement(job_rows.own, event_rows.own), params)
             deliveries, _woken = cursor.fetchone()
         enqueue_on_commit(deliveries)
 

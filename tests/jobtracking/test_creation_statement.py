@@ -22,10 +22,18 @@ def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up()
     WebhookSubscriptionFactory(event_types=["job.failed"])  # not this event
     WebhookSubscriptionFactory(active=False)
     user = UserFactory()
+    api_job(extractor, file_id="earlier")  # the connection has the statement prepared now
     with CaptureQueriesContext(connection) as queries:
         job = api_job(extractor, metadata={"grant": 4711}, user=user)
     writes = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]
-    assert len(writes) == 1 and "pg_notify" in writes[0]
+    assert len(writes) == 1 and writes[0].startswith("EXECUTE jobtracking_")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement FROM pg_prepared_statements WHERE name = %s",
+            [writes[0].removeprefix("EXECUTE ").split("(")[0]],
+        )
+        (statement,) = cursor.fetchone()
+    assert statement.startswith("PREPARE") and "pg_notify" in statement
     stored = ExtractionJob.objects.get(pk=job.pk)
     assert (stored.status_id, stored.metadata, stored.due_at) == (
         "pending",
