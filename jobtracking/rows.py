@@ -179,14 +179,26 @@ def select_rows(model: type[models.Model], fields: tuple) -> str:
 
 
 @functools.cache
-def insert_statement(model: type[models.Model], own: tuple, *, returning: str = "") -> str:
-    """An INSERT of a `RowSet` with these `own` fields, the same for any number of rows. Its
-    parameters: the set's rows, then its shared values."""
+def insert_statement(
+    model: type[models.Model],
+    own: tuple,
+    *,
+    where: str = "",
+    on_conflict: str = "",
+    returning: str = "",
+) -> str:
+    """An INSERT of a `RowSet` with these `own` fields, the same for any number of rows; only
+    the rows `where` holds (a condition on their columns), if given. Its parameters: the set's
+    rows, then its shared values."""
     fields = insert_fields(model)
     values = ", ".join(f"{'r' if field in own else 's'}.{quote(field.column)}" for field in fields)
-    sql = (
-        f"INSERT INTO {table(model)} ({columns(fields)}) SELECT {values} "
-        f"FROM json_populate_recordset(NULL::{table(model)}, %s::json) r "
+    rows = (
+        f"SELECT {values} FROM json_populate_recordset(NULL::{table(model)}, %s::json) r "
         f"CROSS JOIN json_populate_record(NULL::{table(model)}, %s::json) s"
     )
+    if where:
+        rows = f"SELECT * FROM ({rows}) v WHERE {where}"
+    sql = f"INSERT INTO {table(model)} ({columns(fields)}) {rows}"
+    if on_conflict:
+        sql += f" ON CONFLICT {on_conflict}"
     return f"{sql} RETURNING {returning}" if returning else sql

@@ -12,8 +12,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files import File
 from django.db import IntegrityError, connection, transaction
-from django.db.models import BooleanField, Q
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from extraction.models import Extractor
@@ -130,11 +128,13 @@ def job_create(
     if upload is not None:
         job.upload.save(upload.name or file_name or "upload", upload, save=False)
     try:
-        _insert_created([job], actor=actor, reason=reason, now=now)
+        inserted = _insert_created([job], actor=actor, reason=reason, now=now)
     except IntegrityError:
         if error := active_job_error(extractor, file_id):
             raise error from None
         raise
+    if job.pk not in inserted:
+        raise active_job_error(extractor, file_id) or _held_meanwhile(extractor, file_id)
     return job
 
 
@@ -181,59 +181,70 @@ class BulkOutcome:
 
 def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOutcome]:
     """Create many validated jobs (each a dict of `job_create` fields with a URL source) in one
-    transaction and a handful of queries: one read of conflicting active jobs, then one insert
-    each for jobs, audit rows and events. Items that conflict with an active job (stored or
-    earlier in the batch) get an `ActiveJobExistsError` outcome; the others are created. The
-    dispatcher picks the new jobs up (they are due now) within about a second. Items without a
-    priority are `bulk`."""
+    transaction and a handful of queries. Items whose file an active job holds (stored, or an
+    earlier item of the batch) get an `ActiveJobExistsError` outcome; the others are created.
+    The dispatcher picks the new jobs up (they are due now) at once. Items without a priority
+    are `bulk`."""
     items = [{"priority": Priority.BULK, **item} for item in items]
     now = timezone.now()
-    keys = {(item["extractor"].pk, item["file_id"]) for item in items}
-    active = {
+    keys = [(item["extractor"].pk, item["file_id"]) for item in items]
+    # On PostgreSQL the insert itself leaves out a job whose file an active job holds (its
+    # ON CONFLICT, on the unique index it updates anyway); elsewhere they are looked for first.
+    stored = set() if connection.vendor == "postgresql" else _active_holders(set(keys)).keys()
+    first: dict[tuple, tuple[int, ExtractionJob]] = {}  # each file's first item and its job
+    for index, (item, key) in enumerate(zip(items, keys, strict=True)):
+        if key not in stored and key not in first:
+            first[key] = (index, _new_job(actor=actor, now=now, **item))
+    jobs = [job for _index, job in first.values()]
+    try:
+        inserted = _insert_created(jobs, actor=actor, reason="Bulk create", now=now)
+    except IntegrityError:
+        # A concurrent request made one of these files active meanwhile: one savepoint each.
+        return [_create_one(index, item, actor) for index, item in enumerate(items)]
+    holders = {key: job.pk for key, (_index, job) in first.items() if job.pk in inserted}
+    if missing := set(keys) - holders.keys():
+        holders |= _active_holders(missing)
+    outcomes = []
+    for index, (item, key) in enumerate(zip(items, keys, strict=True)):
+        first_index, job = first.get(key, (None, None))
+        if first_index == index and job.pk in inserted:
+            outcomes.append(BulkOutcome(index, job=job))
+        else:
+            outcomes.append(BulkOutcome(index, error=_held(item, holders.get(key))))
+    return outcomes
+
+
+def _active_holders(keys: set[tuple]) -> dict[tuple, Any]:
+    """The active job holding each of these (extractor id, file id) that one holds."""
+    return {
         (extractor_id, file_id): job_id
         for extractor_id, file_id, job_id in ExtractionJob.objects.filter(
-            _file_id_in(sorted({key[1] for key in keys})),
             status__in=states.ACTIVE,
             extractor_id__in={key[0] for key in keys},
+            file_id__in={key[1] for key in keys},
         )
         .order_by()
         .values_list("extractor_id", "file_id", "id")
         if (extractor_id, file_id) in keys
     }
-    outcomes, jobs = [], []
-    for index, item in enumerate(items):
-        key = (item["extractor"].pk, item["file_id"])
-        if key in active:
-            outcomes.append(
-                BulkOutcome(
-                    index,
-                    error=ActiveJobExistsError(
-                        f"Job {active[key]} is already active for file {item['file_id']} "
-                        f"on {item['extractor'].slug}.",
-                        job_id=str(active[key]),
-                    ),
-                )
-            )
-            continue
-        job = _new_job(actor=actor, now=now, **item)
-        active[key] = job.id
-        jobs.append(job)
-        outcomes.append(BulkOutcome(index, job=job))
-    try:
-        _insert_created(jobs, actor=actor, reason="Bulk create", now=now)
-    except IntegrityError:
-        # A concurrent request made one of these files active meanwhile: one savepoint each.
-        return [_create_one(index, item, actor) for index, item in enumerate(items)]
-    return outcomes
 
 
-def _file_id_in(file_ids: list[str]) -> Q | RawSQL:
-    """`file_id IN (…)` with the ids as one array parameter on PostgreSQL: a bulk create's 500
-    placeholders cost more to bind than the lookup itself."""
-    if connection.vendor != "postgresql":
-        return Q(file_id__in=file_ids)
-    column = f"{table(ExtractionJob)}.{quote(ExtractionJob._meta.get_field('file_id').column)}"
-    return RawSQL(f"{column} = ANY(%s::text[])", [file_ids], output_field=BooleanField())
+def _held(item: dict[str, Any], job_id) -> ActiveJobExistsError:
+    extractor, file_id = item["extractor"], item["file_id"]
+    if job_id is None:
+        return _held_meanwhile(extractor, file_id)
+    return ActiveJobExistsError(
+        f"Job {job_id} is already active for file {file_id} on {extractor.slug}.",
+        job_id=str(job_id),
+    )
+
+
+def _held_meanwhile(extractor: Extractor, file_id: str) -> ActiveJobExistsError:
+    """The file's active job ended between the insert that it held off and the look-up."""
+    return ActiveJobExistsError(
+        f"Another job was active for file {file_id} on {extractor.slug} a moment ago; "
+        "send the request again."
+    )
 
 
 def _new_job(*, extractor: Extractor, actor: Actor, now, **fields: Any) -> ExtractionJob:
@@ -262,14 +273,15 @@ def _create_one(index: int, item: dict[str, Any], actor: Actor) -> BulkOutcome:
         return BulkOutcome(index, error=error)
 
 
-def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now) -> None:
+def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now) -> set:
     """The jobs, their audit rows and `job.created` events, their webhook deliveries and the
-    dispatcher's wake-up, all or nothing. On PostgreSQL that is one statement
-    (`created_rows_statement`): one round trip, with no BEGIN and COMMIT of its own outside a
-    transaction, where the ORM took seven. Inside a caller's transaction, a savepoint keeps a
-    conflict from spoiling it."""
+    dispatcher's wake-up, all or nothing; the ids of the jobs inserted. On PostgreSQL that is
+    one statement (`created_rows_statement`): one round trip, with no BEGIN and COMMIT of its
+    own outside a transaction, where the ORM took seven; it leaves out (with their rows) the
+    jobs whose file an active job holds. Elsewhere such a job raises IntegrityError. Inside a
+    caller's transaction, a savepoint keeps a conflict from spoiling it."""
     if not jobs:
-        return
+        return set()
     # The audit row every new job gets; only the job differs.
     change = {
         "to_status_id": states.PENDING,
@@ -298,7 +310,7 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
             )
             deliveries_fan_out(JobEvent.objects.bulk_create(events))
             notify_due()
-        return
+        return {job.pk for job in jobs}
     job_rows = row_set(jobs, insert_fields(ExtractionJob))
     event_rows = row_set(events, insert_fields(JobEvent))
     params = [
@@ -313,8 +325,9 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
         with connection.cursor() as cursor:
             execute_prepared(cursor, created_rows_statement(job_rows.own, event_rows.own), params)
-            deliveries, _woken = cursor.fetchone()
+            deliveries, inserted, _woken = cursor.fetchone()
         enqueue_on_commit(deliveries)
+    return set(inserted)
 
 
 def _change_value_fields() -> tuple:
@@ -324,19 +337,41 @@ def _change_value_fields() -> tuple:
 @functools.cache
 def created_rows_statement(job_fields: tuple, event_fields: tuple) -> str:
     """One statement that inserts every row a creation writes and returns the new deliveries'
-    ids. Its CTEs all see the same snapshot; the foreign keys between them are checked at the
-    end, when every row is there. Its parameters: the jobs (a `RowSet` whose own fields are
-    `job_fields`), the audit row they share (each job gets a copy), the events (a `RowSet`
-    with `event_fields`), the deliveries' values (`fan_out_values`) and the dispatcher's
-    channel."""
+    and jobs' ids. A job whose file an active job holds is left out, and its audit row and
+    event with it. Its CTEs all see the same snapshot; the foreign keys between them are
+    checked at the end, when every row is there. Its parameters: the jobs (a `RowSet` whose
+    own fields are `job_fields`), the audit row they share (each job gets a copy), the events
+    (a `RowSet` with `event_fields`), the deliveries' values (`fan_out_values`) and the
+    dispatcher's channel."""
     fields = _change_value_fields()
     job_column = JobStatusChange._meta.get_field("job").column
+    new_jobs = insert_statement(
+        ExtractionJob, job_fields, on_conflict=_active_file_conflict(), returning="id"
+    )
+    new_events = insert_statement(
+        JobEvent,
+        event_fields,
+        where=f"{quote(job_column)} IN (SELECT id FROM new_jobs)",
+        returning="id, type",
+    )
     return (
-        f"WITH new_jobs AS ({insert_statement(ExtractionJob, job_fields, returning='id')}), "
+        f"WITH new_jobs AS ({new_jobs}), "
         f"new_changes AS (INSERT INTO {table(JobStatusChange)} ({job_column}, {columns(fields)}) "
         f"SELECT j.id, c.* FROM new_jobs j CROSS JOIN ({select_rows(JobStatusChange, fields)}) c), "
-        f"new_events AS ({insert_statement(JobEvent, event_fields, returning='id, type')}), "
+        f"new_events AS ({new_events}), "
         f"new_deliveries AS ({fan_out_statement('new_events')}), "
         f"woken AS ({NOTIFY_SQL}) "
-        "SELECT ARRAY(SELECT id FROM new_deliveries), (SELECT count(*) FROM woken)"
+        "SELECT ARRAY(SELECT id FROM new_deliveries), ARRAY(SELECT id FROM new_jobs), "
+        "(SELECT count(*) FROM woken)"
+    )
+
+
+def _active_file_conflict() -> str:
+    """ON CONFLICT on `job_one_active_per_file` (a partial unique index, so named by its columns
+    and condition): the job is not inserted."""
+    meta = ExtractionJob._meta
+    statuses = ", ".join(f"'{status}'" for status in sorted(states.ACTIVE))
+    return (
+        f"({quote(meta.get_field('extractor').column)}, {quote(meta.get_field('file_id').column)}) "
+        f"WHERE {quote(meta.get_field('status').column)} IN ({statuses}) DO NOTHING"
     )

@@ -6,7 +6,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from jobtracking.errors import ActiveJobExistsError
-from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
+from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
+from jobtracking.services.creation import job_create_many
+from jobtracking.services.transitions import Actor
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory, api_job
 
 pytestmark = [
@@ -73,3 +75,33 @@ def test_a_refused_creation_writes_nothing():
         api_job(extractor)
     assert (ExtractionJob.objects.count(), JobStatusChange.objects.count()) == (1, 1)
     assert JobEvent.objects.count() == 1
+
+
+def test_a_bulk_create_leaves_out_the_jobs_whose_file_an_active_job_holds():
+    extractor = ExtractorFactory()
+    WebhookSubscriptionFactory(event_types=[])
+    held = api_job(extractor, file_id="held")
+    items = [
+        {"extractor": extractor, "file_id": file_id, "source_url": "https://a.test/f.pdf"}
+        for file_id in ("held", "new", "held", "new")
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = job_create_many(items=items, actor=Actor(ActorType.SYSTEM))
+    created = outcomes[1].job
+    assert created is not None and created.file_id == "new"
+    # Every refusal names the job that holds the file: stored, or created by this batch.
+    assert [outcome.error.extra["job_id"] for outcome in outcomes if outcome.error] == [
+        str(held.pk),
+        str(held.pk),
+        str(created.pk),
+    ]
+    assert set(ExtractionJob.objects.values_list("file_id", flat=True)) == {"held", "new"}
+    assert JobStatusChange.objects.filter(job__file_id="new").count() == 1
+    assert JobEvent.objects.count() == WebhookDelivery.objects.count() == 2  # one each
+    # No look-up before the insert: the insert and the refused file's holder.
+    sql = [
+        q["sql"].split()[0]
+        for q in queries
+        if not q["sql"].startswith(("SAVEPOINT", "RELEASE", "PREPARE"))
+    ]
+    assert sql == ["EXECUTE", "SELECT"]
