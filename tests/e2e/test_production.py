@@ -45,10 +45,10 @@ def test_settings_refuse_to_start_with_a_bad_retention(value):
     assert result.returncode != 0 and "JOBS_RETENTION_FAILED_DAYS" in result.stderr
 
 
-def test_the_wsgi_application_loads_every_view_and_freezes_what_start_up_made():
+def test_the_wsgi_application_loads_every_view_freezes_start_up_and_collects_less_often():
     probe = (
         "import gc, sys; import config.wsgi; "
-        "print(gc.get_freeze_count(), 'jobtracking.api.views' in sys.modules)"
+        "print(gc.get_freeze_count(), 'jobtracking.api.views' in sys.modules, gc.get_threshold())"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe],
@@ -58,9 +58,10 @@ def test_the_wsgi_application_loads_every_view_and_freezes_what_start_up_made():
         text=True,
         timeout=120,
     )
-    frozen, views_loaded = result.stdout.split()
+    frozen, views_loaded, thresholds = result.stdout.split(maxsplit=2)
     # Every object of the loaded app, out of the collector's full passes.
     assert int(frozen) > 50_000 and views_loaded == "True", result.stderr
+    assert thresholds.strip() == "(50000, 20, 10)"
 
 
 @pytest.fixture
