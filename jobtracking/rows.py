@@ -108,11 +108,18 @@ def _shared(values: list, field: models.Field) -> bool:
 def row_set(objs: list[models.Model], fields: tuple) -> RowSet:
     """The objects' rows (at least one object), with the values they all share apart
     (`insert_statement`)."""
+    if len(objs) == 1:  # a single create: every value is shared
+        (obj,) = objs
+        shared = {
+            column: getattr(obj, attname) if attname else field.pre_save(obj, True)
+            for column, attname, field in _readers(fields)
+        }
+        return RowSet((), "[{}]", _dumps(shared))
     own, own_values, shared = [], [], {}
     for reader in _readers(fields):
         column, _attname, field = reader
         values = _values(objs, reader)
-        if len(values) == 1 or _shared(values, field):
+        if _shared(values, field):
             shared[column] = values[0]
         else:
             own.append(field)

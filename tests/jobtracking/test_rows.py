@@ -136,3 +136,14 @@ def test_rows_that_share_every_value_still_count_a_row_each():
     jobs = [instance(JobEvent, type="job.created", payload={}, created_at=now) for _ in range(2)]
     rows = row_set(jobs, insert_fields(JobEvent, exclude=("event_id", "job")))
     assert (rows.own, json.loads(rows.rows)) == ((), [{}, {}])
+
+
+def test_one_objects_row_set_shares_every_value_as_its_row_holds_them():
+    job = instance(ExtractionJob, extractor_id=1, status_id="pending", file_id="f", priority=2)
+    fields = insert_fields(ExtractionJob)
+    rows = row_set([job], fields)
+    (row,) = json.loads(json_rows([job], fields))
+    shared = json.loads(rows.shared)
+    assert (rows.own, rows.rows) == ((), "[{}]")
+    assert shared.pop("updated_at") >= row.pop("updated_at")  # auto_now: at each reading
+    assert shared == row
