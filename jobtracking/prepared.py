@@ -6,7 +6,9 @@ SQL-level prepared statements belong to the server connection, so a PgBouncer in
 mode (which hands each transaction any server connection) cannot carry them: there, set
 `DB_PREPARED_STATEMENTS=0` (docs/deploy.md)."""
 
+import functools
 import hashlib
+import itertools
 import re
 import weakref
 
@@ -19,18 +21,28 @@ _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 PLACEHOLDER = re.compile("%s")
 
 
+@functools.lru_cache(maxsize=64)
+def _statements(sql: str) -> tuple[str, str, str]:
+    """The prepared statement's name, its PREPARE and its EXECUTE (a `%s` per parameter), made
+    once per SQL text rather than on every call."""
+    if "%%" in sql:
+        raise ValueError("A prepared statement's SQL takes no literal percent sign.")
+    name = "jobtracking_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
+    numbers = itertools.count(1)
+    prepare = f"PREPARE {name} AS " + PLACEHOLDER.sub(lambda _: f"${next(numbers)}", sql)
+    parameters = ", ".join(["%s"] * len(PLACEHOLDER.findall(sql)))
+    return name, prepare, f"EXECUTE {name}({parameters})"
+
+
 def execute_prepared(cursor: CursorWrapper, sql: str, params: list) -> None:
     """`cursor.execute(sql, params)`, through a statement prepared on the cursor's connection
     (where the database is PostgreSQL and DB_PREPARED_STATEMENTS is on)."""
     if cursor.db.vendor != "postgresql" or not settings.DB_PREPARED_STATEMENTS:
         cursor.execute(sql, params)
         return
-    if "%%" in sql:
-        raise ValueError("A prepared statement's SQL takes no literal percent sign.")
-    name = "jobtracking_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
+    name, prepare, execute = _statements(sql)
     done = _prepared.setdefault(cursor.db.connection, set())
     if name not in done:
-        numbers = iter(range(1, len(params) + 1))
-        cursor.execute(f"PREPARE {name} AS " + PLACEHOLDER.sub(lambda _: f"${next(numbers)}", sql))
+        cursor.execute(prepare)
         done.add(name)
-    cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
+    cursor.execute(execute, params)

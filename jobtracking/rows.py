@@ -76,12 +76,17 @@ def _dumps(value) -> str:
         return json.dumps(value, default=_prepared, ensure_ascii=False, separators=(",", ":"))
 
 
+def _row(obj: models.Model, readers: tuple) -> dict:
+    return {
+        column: getattr(obj, attname) if attname else field.pre_save(obj, True)
+        for column, attname, field in readers
+    }
+
+
 def json_rows(objs: list[models.Model], fields: tuple) -> str:
     """The rows as a JSON array of {column: value}, for `json_populate_recordset`."""
     readers = _readers(fields)
-    columns = [_values(objs, reader) for reader in readers]
-    names = [column for column, _attname, _field in readers]
-    return _dumps([dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)])
+    return _dumps([_row(obj, readers) for obj in objs])
 
 
 class RowSet(NamedTuple):
@@ -109,12 +114,7 @@ def row_set(objs: list[models.Model], fields: tuple) -> RowSet:
     """The objects' rows (at least one object), with the values they all share apart
     (`insert_statement`)."""
     if len(objs) == 1:  # a single create: every value is shared
-        (obj,) = objs
-        shared = {
-            column: getattr(obj, attname) if attname else field.pre_save(obj, True)
-            for column, attname, field in _readers(fields)
-        }
-        return RowSet((), "[{}]", _dumps(shared))
+        return RowSet((), "[{}]", _dumps(_row(objs[0], _readers(fields))))
     own, own_values, shared = [], [], {}
     for reader in _readers(fields):
         column, _attname, field = reader

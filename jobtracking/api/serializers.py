@@ -174,21 +174,26 @@ class ExtractionJobSerializer(serializers.ModelSerializer):
             "links": self._links(pk),
         }
 
-    def _zone(self):
-        """The current time zone, looked up once per response (a thread-local look-up each)."""
+    def _per_response(self, name: str, make):
+        """`make()`, made once per response and kept on the root serializer (a bulk response
+        represents 500 jobs)."""
         root = self.root
-        if not hasattr(root, "zone"):
-            root.zone = timezone.get_current_timezone()
-        return root.zone
+        if not hasattr(root, name):
+            setattr(root, name, make())
+        return getattr(root, name)
+
+    def _zone(self):
+        """The current time zone (a thread-local look-up each time)."""
+        return self._per_response("zone", timezone.get_current_timezone)
 
     def _jobs_url(self) -> str:
         """The jobs URL, absolute when the request is known; built once per response (reverse()
         per job is a large share of a bulk response)."""
-        root = self.root
-        if not hasattr(root, "jobs_url"):
-            request = self.context.get("request")
-            root.jobs_url = request.build_absolute_uri(jobs_path()) if request else jobs_path()
-        return root.jobs_url
+        request = self.context.get("request")
+        return self._per_response(
+            "jobs_url",
+            lambda: request.build_absolute_uri(jobs_path()) if request else jobs_path(),
+        )
 
     def get_has_upload(self, job: ExtractionJob) -> bool:
         return bool(job.upload)

@@ -190,10 +190,10 @@ def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOu
     keys = [(item["extractor"].pk, item["file_id"]) for item in items]
     # On PostgreSQL the insert itself leaves out a job whose file an active job holds (its
     # ON CONFLICT, on the unique index it updates anyway); elsewhere they are looked for first.
-    stored = set() if connection.vendor == "postgresql" else _active_holders(set(keys)).keys()
+    holders = {} if connection.vendor == "postgresql" else _active_holders(set(keys))
     first: dict[tuple, tuple[int, ExtractionJob]] = {}  # each file's first item and its job
     for index, (item, key) in enumerate(zip(items, keys, strict=True)):
-        if key not in stored and key not in first:
+        if key not in holders and key not in first:
             first[key] = (index, _new_job(actor=actor, now=now, **item))
     jobs = [job for _index, job in first.values()]
     try:
@@ -201,7 +201,7 @@ def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOu
     except IntegrityError:
         # A concurrent request made one of these files active meanwhile: one savepoint each.
         return [_create_one(index, item, actor) for index, item in enumerate(items)]
-    holders = {key: job.pk for key, (_index, job) in first.items() if job.pk in inserted}
+    holders |= {key: job.pk for key, (_index, job) in first.items() if job.pk in inserted}
     if missing := set(keys) - holders.keys():
         holders |= _active_holders(missing)
     outcomes = []

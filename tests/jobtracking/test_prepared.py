@@ -14,9 +14,9 @@ pytestmark = [
 SQL = "SELECT %s::int + %s::int, %s::json ->> 'a'"
 
 
-def run(params: list):
+def run(params: list, sql: str = SQL):
     with CaptureQueriesContext(connection) as queries, connection.cursor() as cursor:
-        execute_prepared(cursor, SQL, params)
+        execute_prepared(cursor, sql, params)
         row = cursor.fetchone()
     return row, [query["sql"].split()[0] for query in queries]
 
@@ -31,10 +31,11 @@ def test_a_statement_is_prepared_once_per_connection_then_executed():
 
 
 def test_a_prepared_statement_outlives_a_rolled_back_transaction():
+    sql = SQL + " -- prepared inside the transaction below"
     with transaction.atomic():
-        run([1, 2, "{}"])
+        run([1, 2, "{}"], sql)
         transaction.set_rollback(True)
-    assert run([2, 2, "{}"])[1] == ["EXECUTE"]
+    assert run([2, 2, "{}"], sql)[1] == ["EXECUTE"]
 
 
 def test_statements_run_unprepared_when_turned_off(settings):
