@@ -397,6 +397,10 @@ class JsonObjectField(serializers.JSONField):
 RECENT_EXTRACTORS = Recent()
 
 
+def recent_extractor(slug: str) -> Extractor | None:
+    return RECENT_EXTRACTORS.get(slug, lambda: Extractor.objects.filter(slug=slug).first())
+
+
 class ExtractorField(serializers.SlugRelatedField):
     """An extractor by slug, remembered briefly by the process (`jobtracking.recent`); bulk
     requests pass the extractors they name, loaded once, in the context as `extractors`."""
@@ -409,7 +413,7 @@ class ExtractorField(serializers.SlugRelatedField):
         known = self.context.get("extractors", {})
         if data in known:
             return known[data]
-        extractor = RECENT_EXTRACTORS.get(data, lambda: Extractor.objects.filter(slug=data).first())
+        extractor = recent_extractor(data)
         if extractor is None:
             enabled = Extractor.objects.filter(enabled=True).order_by("slug")
             available = ", ".join(enabled.values_list("slug", flat=True)) or "none"

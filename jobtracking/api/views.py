@@ -18,7 +18,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
-from jobtracking.api.bulk_items import BulkItemValidator
 from jobtracking.api.docs import (
     events_docs,
     extractors_docs,
@@ -33,6 +32,7 @@ from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
+from jobtracking.api.quick_create import batch_validator, single_validator
 from jobtracking.api.serializers import (
     BulkCreateSerializer,
     BulkResultSerializer,
@@ -47,7 +47,6 @@ from jobtracking.api.serializers import (
     JobStatusChangeSerializer,
     JobStatusSerializer,
     StatsSerializer,
-    create_checker,
     job_fields,
     request_fingerprint,
 )
@@ -151,7 +150,7 @@ class ExtractionJobViewSet(
         if declared > settings.JOBS_UPLOAD_MAX_BYTES + (1 << 20):
             # Refused before reading the body.
             return too_large()
-        validated = create_checker().run_validation(request.data)
+        validated = single_validator().validated(request.data)
         upload = validated.get("file")
         if upload is not None:
             if upload.size > settings.JOBS_UPLOAD_MAX_BYTES:
@@ -199,7 +198,7 @@ class ExtractionJobViewSet(
         envelope.is_valid(raise_exception=True)
         items = envelope.validated_data["jobs"]
         slugs = {item.get("extractor") for item in items if isinstance(item.get("extractor"), str)}
-        checker = BulkItemValidator({e.slug: e for e in Extractor.objects.filter(slug__in=slugs)})
+        checker = batch_validator({e.slug: e for e in Extractor.objects.filter(slug__in=slugs)})
         valid, results = [], {}
         for index, item in enumerate(items):
             try:

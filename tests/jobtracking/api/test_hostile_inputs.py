@@ -48,6 +48,16 @@ def test_a_file_size_beyond_bigint_fails_its_item_not_the_bulk_batch(api, extrac
     assert (response.json()["created"], response.json()["failed"]) == (1, 1)
 
 
+@pytest.mark.parametrize("missing", ["file_id", "extractor", "source_url"])
+def test_a_required_field_missing_fails_its_item_not_the_bulk_batch(api, extractor, missing):
+    incomplete = {name: value for name, value in body(file_id="gap").items() if name != missing}
+    response = api.post(URL + "bulk/", {"jobs": [body(file_id="ok"), incomplete]}, format="json")
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [item["status"] for item in results] == ["created", "error"]
+    assert missing in results[1]["error"]["errors"]
+
+
 def test_json_nested_a_thousand_levels_is_refused_in_a_json_body(api, extractor):
     text = json.dumps(body())[:-1] + ', "metadata": ' + "[" * 1000 + "]" * 1000 + "}"
     assert_problem(post_raw(api, text), 400, "parse_error")

@@ -1,6 +1,7 @@
-"""The bulk create's quick validation (`jobtracking.api.bulk_items`) against the create
-serializer it stands in for: what the quick path accepts, the serializer accepts with the same
-data; what it does not, the serializer judges (with its messages)."""
+"""The quick validation of JSON creates (`jobtracking.api.quick_create`), for bulk items and for
+single creates, against the create serializer it stands in for: what the quick path accepts, the
+serializer accepts with the same data; what it does not, the serializer judges (with its
+messages)."""
 
 import socket
 
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ValidationError
 
-from jobtracking.api.bulk_items import BulkItemValidator
+from jobtracking.api.quick_create import batch_validator, single_validator
 from jobtracking.api.serializers import ExtractionJobCreateSerializer
 from tests.factories import ExtractorFactory
 
@@ -26,8 +27,8 @@ def extractors(db) -> dict:
 ABSENT = object()
 # Odd values per field, each next to a plain item in one test, mixed with random ones in another.
 ODD = {
-    "extractor": ["off", "missing", "", 5, None, ["on"], ABSENT],
-    "file_id": [" f-1", "f-1 ", "", " ", "x" * 255, "x" * 256, "a\x00", "\ud800", 7, None],
+    "extractor": ["off", "missing", "", "o\x00n", 5, None, ["on"], ABSENT],
+    "file_id": [" f-1", "f-1 ", "", " ", "x" * 255, "x" * 256, "a\x00", "\ud800", 7, None, ABSENT],
     "file_name": ["budget.pdf", "", " ", "n" * 255, "n" * 256, None],
     "content_type": ["application/pdf", "", "t" * 101, 3],
     "file_size": [None, True, "12", 1.5, -1, 0, 2**63 - 1, 2**63, 10**30],
@@ -92,12 +93,12 @@ def judged(serializer, item) -> tuple:
 
 
 def assert_agrees(extractors: dict, item) -> None:
-    validator = BulkItemValidator(extractors)
     serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
-    quick = validator.quick(item)
-    if quick is not None:
-        assert judged(serializer, item) == ("valid", quick)
-    assert judged(validator.serializer, item) == judged(serializer, item)
+    for validator in (batch_validator(extractors), single_validator()):
+        quick = validator.quick(item)
+        if quick is not None:
+            assert judged(serializer, item) == ("valid", quick)
+        assert judged(validator.serializer, item) == judged(serializer, item)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,9 @@ def test_the_quick_path_accepts_only_what_the_serializer_accepts_with_the_same_d
 )
 def test_plain_items_take_the_quick_path(extractors, item):
     serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
-    assert BulkItemValidator(extractors).quick(item) == serializer.run_validation(item)
+    expected = serializer.run_validation(item)
+    assert batch_validator(extractors).quick(item) == expected
+    assert single_validator().quick(item) == expected
 
 
 @pytest.mark.parametrize(
@@ -150,9 +153,10 @@ def test_plain_items_take_the_quick_path(extractors, item):
     ],
 )
 def test_other_items_get_the_serializers_messages(extractors, item, field):
-    with pytest.raises(ValidationError) as refused:
-        BulkItemValidator(extractors).validated(item)
-    assert field in refused.value.detail
+    for validator in (batch_validator(extractors), single_validator()):
+        with pytest.raises(ValidationError) as refused:
+            validator.validated(item)
+        assert field in refused.value.detail
 
 
 def test_each_host_is_resolved_once_a_batch_and_a_refused_one_every_time(extractors, monkeypatch):
@@ -164,7 +168,7 @@ def test_each_host_is_resolved_once_a_batch_and_a_refused_one_every_time(extract
 
     real_getaddrinfo = socket.getaddrinfo
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    validator = BulkItemValidator(extractors)
+    validator = batch_validator(extractors)
     for n in range(3):
         validator.validated({"extractor": "on", "file_id": f"f{n}", "source_url": PUBLIC_URL})
     for _ in range(2):
@@ -174,3 +178,19 @@ def test_each_host_is_resolved_once_a_batch_and_a_refused_one_every_time(extract
             )
     assert resolved.count("93.184.216.34") == 1
     assert resolved.count("10.0.0.1") >= 2
+
+
+def test_a_single_create_resolves_its_host_every_time(extractors, monkeypatch):
+    resolved = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        resolved.append(host)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    real_getaddrinfo = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    for n in range(2):
+        single_validator().validated(
+            {"extractor": "on", "file_id": f"f{n}", "source_url": PUBLIC_URL}
+        )
+    assert resolved.count("93.184.216.34") == 2

@@ -1,11 +1,14 @@
-"""A bulk create's items, validated quickly. Most items are plainly valid: for those, each field's
-own rules (the create serializer's validators, limits and `validate_*` methods) run without
-DRF's per-field machinery, which cost four times the rules themselves. An item the quick path
-does not plainly accept goes through the serializer, whose messages the client gets; the quick
-path never accepts what the serializer refuses, nor returns other data
-(`tests/jobtracking/api/test_bulk_items.py` holds both to that)."""
+"""JSON creates validated quickly: a single create's body or a bulk create's items. Most are
+plainly valid: for those, each field's own rules (the create serializer's validators, limits and
+`validate_*` methods) run without DRF's per-field machinery, which cost four times the rules
+themselves. A body the quick path does not plainly accept (a multipart upload among them) goes
+through the serializer, whose messages the client gets; the quick path never accepts what the
+serializer refuses, nor returns other data (`tests/jobtracking/api/test_quick_create.py` holds
+both to that)."""
 
 import re
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -13,7 +16,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from extraction.models import Extractor
-from jobtracking.api.serializers import ExtractionJobCreateSerializer
+from jobtracking.api.serializers import (
+    ExtractionJobCreateSerializer,
+    create_checker,
+    recent_extractor,
+)
 
 TEXT_FIELDS = ("file_id", "file_name", "content_type", "file_sha256", "source_url")
 JSON_FIELDS = ("options", "metadata")
@@ -25,13 +32,15 @@ class NotPlain(Exception):
     """The item needs the serializer (to be refused with its messages, or to be sure)."""
 
 
-class BulkItemValidator:
-    def __init__(self, extractors: dict[str, Extractor]) -> None:
-        self.extractors = extractors
-        # Each host is resolved and checked once a request (a batch's URLs tend to share one).
-        context = {"extractors": extractors, "approved_hosts": {}}
-        self.serializer = ExtractionJobCreateSerializer(context=context)
-        self.fields = self.serializer.fields
+class QuickCreateValidator:
+    def __init__(
+        self,
+        serializer: ExtractionJobCreateSerializer,
+        find_extractor: Callable[[str], Extractor | None],
+    ) -> None:
+        self.serializer = serializer
+        self.fields = serializer.fields
+        self.find_extractor = find_extractor
 
     def validated(self, item: Any) -> dict[str, Any]:
         """The item's validated data, or DRF's ValidationError."""
@@ -49,13 +58,17 @@ class BulkItemValidator:
         if type(item) is not dict or not item.keys() <= QUICK_FIELDS:
             raise NotPlain
         slug = item.get("extractor")
-        extractor = self.extractors.get(slug) if type(slug) is str else None
+        if type(slug) is not str or not slug or "\x00" in slug:
+            raise NotPlain  # for the serializer's message (no null character to the database)
+        extractor = self.find_extractor(slug)
         if extractor is None:
             raise NotPlain
         data = {"extractor": self.serializer.validate_extractor(extractor)}
         for name in TEXT_FIELDS:
             if name in item:
                 data[name] = self._text(name, item[name])
+            elif self.fields[name].required:
+                raise NotPlain  # file_id
         if not data.get("source_url"):
             raise NotPlain  # a bulk item's one source
         self.serializer.validate_source_url(data["source_url"])
@@ -96,3 +109,22 @@ class BulkItemValidator:
         if type(value) is not int or not field.min_value <= value <= field.max_value:
             raise NotPlain
         return value
+
+
+def batch_validator(extractors: dict[str, Extractor]) -> QuickCreateValidator:
+    """For one bulk request's items: `extractors` are the ones it names, loaded at once, and
+    each host is resolved and checked once (a batch's URLs tend to share one)."""
+    context = {"extractors": extractors, "approved_hosts": {}}
+    return QuickCreateValidator(ExtractionJobCreateSerializer(context=context), extractors.get)
+
+
+_validators = threading.local()
+
+
+def single_validator() -> QuickCreateValidator:
+    """This thread's validator of single creates, reused like its serializer (`create_checker`);
+    extractors are looked up as the serializer looks them up."""
+    validator = getattr(_validators, "single", None)
+    if validator is None:
+        validator = _validators.single = QuickCreateValidator(create_checker(), recent_extractor)
+    return validator
