@@ -23,7 +23,7 @@ from django.utils import timezone
 from jobtracking.ids import uuid7
 from jobtracking.models import DeliveryState, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.queue import enqueue_delivery
-from jobtracking.rows import columns, insert_fields, json_rows, select_rows, table
+from jobtracking.rows import columns, insert_fields, instance, json_rows, select_rows, table
 from jobtracking.urlsafety import UnsafeURLError, post_checked
 
 # Waits before each retry; after the last one the delivery is dead (about 31 hours in all).
@@ -72,7 +72,7 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
         return
     now = timezone.now()
     deliveries = WebhookDelivery.objects.bulk_create(
-        _pending_delivery(now, event=event, subscription=sub)
+        _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
         for event in events
         for sub in subscriptions
         if wants(sub, event.type)
@@ -82,7 +82,8 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
 
 def enqueue_on_commit(delivery_ids: list[int]) -> None:
     """Hand each new delivery to a task once the transaction that wrote it has committed."""
-    transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in delivery_ids])
+    if delivery_ids:  # (most creates have none: registering a callback is not free)
+        transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in delivery_ids])
 
 
 def _delivery_value_fields() -> tuple:
@@ -117,7 +118,7 @@ def fan_out_values(now) -> str:
 def _pending_delivery(now, **relations) -> WebhookDelivery:
     """A new delivery: its first due time is a lease away (see `deliveries_fan_out`)."""
     lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
-    return WebhookDelivery(next_attempt_at=lease, created_at=now, **relations)
+    return instance(WebhookDelivery, next_attempt_at=lease, created_at=now, **relations)
 
 
 def _message(event_type: str, timestamp, data: dict) -> bytes:
