@@ -418,6 +418,20 @@ def test_the_fast_representation_is_drfs_own(jobs, rf):
         assert serializer.data == generic
 
 
+def test_a_list_shares_its_moments_and_writes_them_in_the_current_zone(jobs, rf):
+    request = rf.get("/api/v1/jobs/")
+    moment = timezone.now()
+    ExtractionJob.objects.update(created_at=moment, updated_at=moment)
+    listed = list(ExtractionJob.objects.select_related("extractor", "requested_by"))
+    with timezone.override("America/Sao_Paulo"):
+        serializer = ExtractionJobSerializer(listed, many=True, context={"request": request})
+        generic = [
+            serializers.ModelSerializer.to_representation(serializer.child, job) for job in listed
+        ]
+        assert serializer.data == generic
+    assert generic[0]["created_at"].endswith("-03:00")
+
+
 def test_turnaround_percentiles_without_postgresql_match_postgresqls():
     from jobtracking.selectors import _percentiles_in_python, _turnaround_percentiles
 
