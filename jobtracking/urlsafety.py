@@ -51,15 +51,25 @@ def check_public_url(url: str, *, approved_hosts: dict | None = None) -> list[st
     return approved_hosts[host, port]
 
 
-def _public_addresses(host: str, port: int) -> list[str]:
+def _resolved(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The host's addresses: an IP address written plainly is its own, without a look-up (which
+    costs a create more than the rest of the check); any other form goes to the resolver
+    (`127.1`, `0x7f.0.0.1` and other forms inet_aton reads included)."""
+    try:
+        return [ipaddress.ip_address(host.split("%", 1)[0])]
+    except ValueError:
+        pass
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):
         raise UnsafeURLError(f"The host {host} cannot be resolved.") from None
+    return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+
+
+def _public_addresses(host: str, port: int) -> list[str]:
     allowed = _allowed_networks()
     approved = []
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+    for address in _resolved(host, port):
         approved.append(str(address))
         if any(address in network for network in allowed):
             continue

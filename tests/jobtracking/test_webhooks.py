@@ -282,6 +282,27 @@ def test_ssrf_guard_names_the_address_class(url, named, settings):
         check_public_url(url)
 
 
+def test_ssrf_guard_reads_a_plain_ip_address_without_a_look_up(settings, monkeypatch):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    asked = []
+    real = socket.getaddrinfo
+    monkeypatch.setattr(
+        socket, "getaddrinfo", lambda host, *a, **k: asked.append(host) or real(host, *a, **k)
+    )
+    assert check_public_url("https://93.184.216.34/a.pdf") == ["93.184.216.34"]
+    assert check_public_url("https://[2606:2800:220:1:248:1893:25c8:1946]/a") == [
+        "2606:2800:220:1:248:1893:25c8:1946"
+    ]
+    with pytest.raises(UnsafeURLError, match="non-public"):
+        check_public_url("http://[::ffff:127.0.0.1]/x")
+    assert asked == []
+    # Other spellings of an address are the resolver's to read, and are checked as it reads them.
+    for url in ("http://127.1/x", "http://0x7f.0.0.1/x", "http://2130706433/x"):
+        with pytest.raises(UnsafeURLError, match="loopback"):
+            check_public_url(url)
+    assert asked == ["127.1", "0x7f.0.0.1", "2130706433"]
+
+
 def test_ssrf_guard_allows_public_addresses_and_configured_exceptions(settings):
     settings.OUTBOUND_ALLOWED_NETWORKS = []
     check_public_url("https://93.184.216.34/hook")
