@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import URLValidator
 from rest_framework.exceptions import ValidationError
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
@@ -26,6 +27,9 @@ TEXT_FIELDS = ("file_id", "file_name", "content_type", "file_sha256", "source_ur
 JSON_FIELDS = ("options", "metadata")
 SURROGATE = re.compile("[\ud800-\udfff]")
 QUICK_FIELDS = frozenset({"extractor", "file_size", "priority", *TEXT_FIELDS, *JSON_FIELDS})
+# A URL as its scheme and host, and a path of printable ASCII (so without whitespace).
+URL_PARTS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*)(/[!-~]*)\Z")
+MAX_URL_HEADS = 1000
 
 
 class NotPlain(Exception):
@@ -41,6 +45,7 @@ class QuickCreateValidator:
         self.serializer = serializer
         self.fields = serializer.fields
         self.find_extractor = find_extractor
+        self.url_heads: set[str] = set()  # "scheme://host" whose URLs the validator accepts
 
     def validated(self, item: Any) -> dict[str, Any]:
         """The item's validated data, or DRF's ValidationError."""
@@ -98,9 +103,27 @@ class QuickCreateValidator:
                 # DRF's check, by a regular expression rather than a Python loop per character.
                 if SURROGATE.search(value):
                     raise NotPlain
+            elif type(validator) is URLValidator:
+                self._url(validator, value)
             else:
                 validator(value)
         return value
+
+    def _url(self, validator: URLValidator, value: str) -> None:
+        """`validator(value)`, judged once per scheme and host where the path is printable
+        ASCII: such a path cannot change the verdict (the validator's pattern ends in
+        `[/?#][^\\s]*`, and its other checks read only the scheme and the host), so
+        `scheme://host/` stands for every URL of that host. Other URLs meet the validator."""
+        parts = URL_PARTS.match(value)
+        if parts is None or len(value) > validator.max_length:
+            validator(value)
+            return
+        head = parts[1]
+        if head not in self.url_heads:
+            validator(head + "/")
+            if len(self.url_heads) >= MAX_URL_HEADS:
+                self.url_heads.clear()
+            self.url_heads.add(head)
 
     def _size(self, value: Any) -> int | None:
         field = self.fields["file_size"]

@@ -6,6 +6,8 @@ messages)."""
 import socket
 
 import pytest
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import URLValidator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ValidationError
@@ -16,6 +18,7 @@ from tests.factories import ExtractorFactory
 
 pytestmark = pytest.mark.django_db
 PUBLIC_URL = "https://93.184.216.34/a.pdf"
+ALLOWED_HOST = "https://files.example.org"  # allowed by name in these tests (conftest)
 
 
 @pytest.fixture
@@ -59,9 +62,9 @@ JSON_VALUES = st.recursive(
     max_leaves=8,
 )
 RANDOM = {
-    **dict.fromkeys(
-        ("file_id", "file_name", "content_type", "file_sha256", "source_url"), st.text(max_size=300)
-    ),
+    **dict.fromkeys(("file_id", "file_name", "content_type", "file_sha256"), st.text(max_size=300)),
+    # Any text, and paths on a host the settings allow (the URL check then judges the URL alone).
+    "source_url": st.text(max_size=300) | st.text(max_size=40).map(ALLOWED_HOST.__add__),
     "file_size": st.integers(min_value=-2, max_value=2**64),
     "options": JSON_VALUES,
     "metadata": JSON_VALUES,
@@ -157,6 +160,47 @@ def test_other_items_get_the_serializers_messages(extractors, item, field):
         with pytest.raises(ValidationError) as refused:
             validator.validated(item)
         assert field in refused.value.detail
+
+
+ONE_HOSTS_URLS = [
+    f"{ALLOWED_HOST}/a.pdf",
+    f"{ALLOWED_HOST}/a b.pdf",
+    f"{ALLOWED_HOST}/a\u2003b.pdf",
+    f"{ALLOWED_HOST}/a\tb.pdf",
+    f"{ALLOWED_HOST}/é.pdf",
+    f"{ALLOWED_HOST}/a%20b?q=1#frag",
+    f"{ALLOWED_HOST}/" + "a" * 1990,
+    f"{ALLOWED_HOST}/" + "a" * 2100,
+    f"{ALLOWED_HOST}?q=1",
+    f"{ALLOWED_HOST}:99999/a.pdf",
+    f"{ALLOWED_HOST}:8443/a.pdf",
+    "HTTPS://files.example.org/a.pdf",
+    "https://files.example.org./a.pdf",
+    "https://user@files.example.org/a.pdf",
+    "https://[files.example.org/a.pdf",
+]
+
+
+def test_urls_on_one_host_are_judged_one_by_one_as_the_serializer_judges_them(extractors):
+    serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
+    validator = batch_validator(extractors)
+    accepted = 0
+    for url in ONE_HOSTS_URLS * 2:  # the second time, each host has been judged before
+        item = with_swaps({"source_url": url})
+        quick = validator.quick(item)
+        if quick is not None:
+            accepted += 1
+            assert judged(serializer, item) == ("valid", quick)
+        assert judged(validator.serializer, item) == judged(serializer, item)
+    assert accepted >= 6
+
+
+def test_a_url_too_long_for_the_validator_is_refused_on_a_host_judged_before(extractors):
+    # (The field's own max_length refuses it first; the shortcut must not rely on that.)
+    validator, check = batch_validator(extractors), URLValidator()
+    validator._url(check, f"{ALLOWED_HOST}/a.pdf")
+    with pytest.raises(DjangoValidationError):
+        validator._url(check, f"{ALLOWED_HOST}/" + "a" * check.max_length)
 
 
 @pytest.fixture
