@@ -73,9 +73,9 @@ class QuickCreateValidator:
             if name in item:
                 data[name] = self._text(name, item[name])
             elif self.fields[name].required:
-                raise NotPlain  # file_id
+                raise NotPlain  # (file_id) the serializer names it
         if not data.get("source_url"):
-            raise NotPlain  # a bulk item's one source
+            raise NotPlain  # a JSON create's one source
         self.serializer.validate_source_url(data["source_url"])
         if "file_size" in item:
             data["file_size"] = self._size(item["file_size"])
