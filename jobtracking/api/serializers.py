@@ -185,19 +185,12 @@ class ExtractionJobSerializer(serializers.ModelSerializer):
     def _moment_writer(self):
         """`iso_moment` in the current time zone (a thread-local look-up, made once), each moment
         written once per response: a bulk create's jobs share their creation moments."""
-
-        def make():
-            zone, written = timezone.get_current_timezone(), {}
-
-            def write(value) -> str:
-                text = written.get(value)
-                if text is None:
-                    text = written[value] = iso_moment(value, zone)
-                return text
-
-            return write
-
-        return self._per_response("moment_writer", make)
+        return self._per_response(
+            "moment_writer",
+            lambda: functools.cache(
+                functools.partial(iso_moment, zone=timezone.get_current_timezone())
+            ),
+        )
 
     def _jobs_url(self) -> str:
         """The jobs URL, absolute when the request is known; built once per response (reverse()
