@@ -56,14 +56,19 @@ def _resolved(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IP
     costs a create more than the rest of the check); any other form goes to the resolver
     (`127.1`, `0x7f.0.0.1` and other forms inet_aton reads included)."""
     try:
-        return [ipaddress.ip_address(host.split("%", 1)[0])]
+        return [_address(host)]
     except ValueError:
         pass
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):
         raise UnsafeURLError(f"The host {host} cannot be resolved.") from None
-    return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+    return [_address(info[4][0]) for info in infos]
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address without its IPv6 zone (`fe80::1%eth0`), which does not change where it is."""
+    return ipaddress.ip_address(text.split("%", 1)[0])
 
 
 def _public_addresses(host: str, port: int) -> list[str]:
