@@ -51,7 +51,10 @@ class ExtractorAdmin(admin.ModelAdmin):
             return f"✓ set in {extractor.api_key_env}"
         return f"✗ missing: set {extractor.api_key_env} in the environment"
 
-    @admin.action(description="Check the connection (one authenticated call)")
+    # Sends the key to the extractor: change permission, never view alone.
+    @admin.action(
+        description="Check the connection (one authenticated call)", permissions=["change"]
+    )
     def check_connection(self, request, queryset):
         for extractor in queryset:
             try:

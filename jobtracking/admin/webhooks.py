@@ -68,7 +68,10 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
             messages.WARNING,
         )
 
-    @admin.action(description="Rotate the signing secret and show the new one")
+    # Reveals a new secret and sends signed requests: change permission, never view alone.
+    @admin.action(
+        description="Rotate the signing secret and show the new one", permissions=["change"]
+    )
     def rotate_secret(self, request, queryset):
         for subscription in queryset:
             subscription.secret_version += 1
@@ -78,7 +81,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
                 request, [subscription], f"Secret rotated (version {subscription.secret_version})."
             )
 
-    @admin.action(description="Send a signed test event now")
+    @admin.action(description="Send a signed test event now", permissions=["change"])
     def send_test(self, request, queryset):
         for subscription in queryset:
             status, excerpt, error = send_test_event(subscription)
