@@ -460,3 +460,69 @@ class RateSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.extractor_id} {self.kind} {self.lane}"
+
+
+class CircuitState(models.TextChoices):
+    CLOSED = "closed", "Working"
+    OPEN = "open", "Failing: probes only"
+    PAUSED = "paused", "Paused by staff"
+
+
+class Circuit(models.Model):
+    """A dependency's health, shared by every worker on every machine (see
+    `jobtracking.services.circuits`). Closed: calls go out. Open: it failed as a whole, so only a
+    probe goes out, at `probe_at`. Paused: staff stopped calls by hand."""
+
+    state = models.CharField(
+        max_length=10, choices=CircuitState.choices, default=CircuitState.CLOSED
+    )
+    since = models.DateTimeField(default=timezone.now, help_text="When the state began.")
+    failures = models.PositiveIntegerField(
+        default=0,
+        help_text="Transient failures in a row, of different jobs or events, with no success "
+        "between them.",
+    )
+    # Whose call failed last: one job retrying alone is a fault of that job, not an outage.
+    last_failed_key = models.CharField(max_length=64, blank=True)
+    probes = models.PositiveIntegerField(default=0, help_text="Probes sent since it opened.")
+    probe_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Open: when the next probe may go. Paused: when held work looks again. Held "
+        "work is due then.",
+    )
+    last_error = models.CharField(max_length=500, blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True, help_text="Why staff paused it.")
+
+    class Meta:
+        abstract = True
+
+    @property
+    def holding(self) -> bool:
+        return self.state != CircuitState.CLOSED
+
+
+class ExtractorHealth(Circuit):
+    extractor = models.OneToOneField(
+        Extractor, on_delete=models.CASCADE, primary_key=True, related_name="health"
+    )
+
+    class Meta:
+        verbose_name_plural = "extractor health"
+        permissions = [("pause_extractor", "Can pause and resume calls to an extractor")]
+
+    def __str__(self) -> str:
+        return f"{self.extractor_id}: {self.state}"
+
+
+class ReceiverHealth(Circuit):
+    subscription = models.OneToOneField(
+        WebhookSubscription, on_delete=models.CASCADE, primary_key=True, related_name="health"
+    )
+
+    class Meta:
+        verbose_name_plural = "receiver health"
+
+    def __str__(self) -> str:
+        return f"{self.subscription_id}: {self.state}"

@@ -10,6 +10,7 @@ import functools
 import logging
 import socket
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,23 +39,26 @@ from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
 from jobtracking.logs import job_log_context, log_context
-from jobtracking.models import ExtractionJob, ServiceHeartbeat
+from jobtracking.models import ExtractionJob, ExtractorHealth, ServiceHeartbeat
 from jobtracking.retention import jobs_purge, purgeable_jobs
 from jobtracking.schedule import next_delay
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
 from jobtracking.services.engine import (
     Planned,
     Result,
+    defer_move,
     fail_move,
     jobs_record,
     jobs_start,
     poll_error_move,
     poll_move,
     reserve_fetch_slots,
+    submit_hold_move,
     submit_retry_move,
     submitted_move,
     succeeded_move,
 )
+from jobtracking.services.extractor_health import extractor_report
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 from jobtracking.webhooks import deliver
 
@@ -99,12 +103,15 @@ def process_jobs(job_ids: list[str]) -> None:
         pool.submit(_call_at, p.at, lambda job=p.job: _client(job).poll(job.external_url))
         for p in started.polls
     ]
-    for job, call in zip((p.job for p in started.submits), submits, strict=True):
-        moves.append(_submitted(job, call.result()))
+    submitted = [(p.job, call.result()) for p, call in zip(started.submits, submits, strict=True)]
     polled = [(p.job, call.result()) for p, call in zip(started.polls, polls, strict=True)]
     fetched = _fetch_results(pool, polled)
+    calls = submitted + polled + [(job, fetched[job.pk]) for job, _ in polled if job.pk in fetched]
+    holding = _report_to_circuits(calls, started.health)
+    for job, call in submitted:
+        moves.append(_submitted(job, call, holding.get(job.extractor_id)))
     for job, call in polled:
-        move, result = _polled(job, call, fetched.get(job.pk))
+        move, result = _polled(job, call, fetched.get(job.pk), holding.get(job.extractor_id))
         moves.append(move)
         if result is not None:
             results[job.pk] = result
@@ -122,6 +129,39 @@ def process_jobs(job_ids: list[str]) -> None:
         1000 * timings[1],
         1000 * (time.perf_counter() - clock - sum(timings)),
     )
+
+
+def _is_outage_fault(error) -> bool:
+    """A fault that says the extractor may be down. A 429 is not: it says we call too fast,
+    which the rate limits and Retry-After handle."""
+    return isinstance(error, TransientExtractorError) and error.http_status != 429
+
+
+def _report_to_circuits(
+    calls: list[tuple[ExtractionJob, Call]], health: dict[int, ExtractorHealth | None]
+) -> dict[int, datetime]:
+    """Count each extractor's calls by outcome on its circuit; returns, for each extractor whose
+    circuit is now open or paused, when its held jobs are due. A healthy extractor's batch
+    writes nothing."""
+    tally: defaultdict[int, list] = defaultdict(lambda: [0, [], ""])
+    for job, call in calls:
+        counts = tally[job.extractor_id]
+        if _is_outage_fault(call.error):
+            counts[1].append(str(job.pk))
+            counts[2] = call.error.message
+        elif not isinstance(call.error, OSError):
+            counts[0] += 1
+    holding = {}
+    for extractor_id, (successes, failed, error) in tally.items():
+        known = health.get(extractor_id)
+        if not failed and (known is None or not (known.holding or known.failures)):
+            continue
+        circuit = extractor_report(
+            extractor_id, successes=successes, failed_jobs=failed, error=error
+        )
+        if circuit.holding:
+            holding[extractor_id] = circuit.probe_at
+    return holding
 
 
 @functools.cache
@@ -181,9 +221,9 @@ def _submit(job: ExtractionJob):
     return _client(job).submit(_submit_request(job))
 
 
-def _submitted(job: ExtractionJob, call: Call) -> Move:
+def _submitted(job: ExtractionJob, call: Call, held_until: datetime | None) -> Move:
     """The move that records a submission's outcome. The lease token is the number of the
-    submission attempt, taken with the lease."""
+    submission attempt, taken with the lease. `held_until`: the extractor's circuit is open."""
     token, extractor = job.submit_attempts, job.extractor
     error = call.error
     with job_log_context(job, job.status_id):
@@ -194,6 +234,14 @@ def _submitted(job: ExtractionJob, call: Call) -> Move:
                 code=ErrorCode.SOURCE_UNAVAILABLE,
                 message=f"Cannot read the uploaded file: {type(error).__name__}",
                 lease_token=token,
+            )
+        if held_until and _is_outage_fault(error):
+            return submit_hold_move(
+                job.pk,
+                lease_token=token,
+                error=error.message,
+                http_status=error.http_status,
+                until=held_until,
             )
         if isinstance(error, TransientExtractorError):
             logger.warning("submission failed, will retry: %s", error.message)
@@ -241,11 +289,16 @@ def _fetch_results(pool: ThreadPoolExecutor, polled: list[tuple[ExtractionJob, C
     return {job.pk: call.result() for job, call in zip(done, calls, strict=True)}
 
 
-def _polled(job: ExtractionJob, call: Call, fetch: Call | None) -> tuple[Move, Result | None]:
-    """The move that records a poll's answer (and the result, for a finished job)."""
+def _polled(
+    job: ExtractionJob, call: Call, fetch: Call | None, held_until: datetime | None
+) -> tuple[Move, Result | None]:
+    """The move that records a poll's answer (and the result, for a finished job).
+    `held_until`: the extractor's circuit is open."""
     extractor = job.extractor
     error = call.error or (fetch.error if fetch else None)
     with job_log_context(job, job.status_id):
+        if held_until and _is_outage_fault(error):
+            return defer_move(job, held_until), None
         if isinstance(error, TransientExtractorError):
             logger.warning("poll failed, will retry: %s", error.message)
             next_poll_in = backoff(extractor, job.poll_error_count + 1, error.retry_after)

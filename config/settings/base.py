@@ -122,6 +122,11 @@ def database_from_env() -> dict:
 
 
 DATABASES = {"default": database_from_env()}
+# While the database cannot be reached (a restart, a failover), requests answer 503 with this
+# Retry-After instead of 500 (see jobtracking.dbfaults).
+DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS = int(
+    os.environ.get("DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS", "5")
+)
 # Job creation's statement prepared once per connection (`jobtracking.prepared`); off behind a
 # PgBouncer in transaction mode.
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
@@ -233,6 +238,13 @@ JOBS_IN_FLIGHT_RETRY_SECONDS = float(os.environ.get("JOBS_IN_FLIGHT_RETRY_SECOND
 # Of each claim round, in-flight cap and submission rate, the share kept for priorities below
 # the highest one waiting, so that bulk work moves while interactive work goes first.
 JOBS_PRIORITY_RESERVED_SHARE = float(os.environ.get("JOBS_PRIORITY_RESERVED_SHARE", "0.1"))
+
+# Circuits (jobtracking.services.circuits): this many transient failures in a row, with no
+# success between them, open a dependency's circuit (an extractor, a webhook receiver); then
+# only a probe goes out, after 1 s, 2 s, 4 s … at most CIRCUIT_PROBE_MAX_SECONDS apart.
+CIRCUIT_FAILURES = int(os.environ.get("CIRCUIT_FAILURES", "5"))
+CIRCUIT_PROBE_FIRST_SECONDS = float(os.environ.get("CIRCUIT_PROBE_FIRST_SECONDS", "1"))
+CIRCUIT_PROBE_MAX_SECONDS = float(os.environ.get("CIRCUIT_PROBE_MAX_SECONDS", "15"))
 
 # Outbound URLs given by clients (source_url, webhooks) must be public unless named here.
 OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS")

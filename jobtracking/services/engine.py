@@ -38,9 +38,16 @@ from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
-from jobtracking.models import ExtractionJob, ExtractionResult, Priority, RateSlot
+from jobtracking.models import (
+    ExtractionJob,
+    ExtractionResult,
+    ExtractorHealth,
+    Priority,
+    RateSlot,
+)
 from jobtracking.priorities import lane_rate, pending_priorities, split, submit_lanes
 from jobtracking.queue import enqueue_cancel_at_extractor
+from jobtracking.services.circuits import circuit_gate
 from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
 from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
 
@@ -61,6 +68,8 @@ class Planned:
 class StartedBatch:
     submits: list[Planned] = field(default_factory=list)
     polls: list[Planned] = field(default_factory=list)
+    # Each extractor's circuit as the batch found it (None: never failed).
+    health: dict[int, ExtractorHealth | None] = field(default_factory=dict)
 
 
 # Step 1
@@ -97,16 +106,43 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
             else:
                 to_poll[job.extractor].append(job)
         started = StartedBatch()
+        moves += _hold_behind_circuits(to_lease, to_poll, now, started)
         for extractor, candidates in to_lease.items():
             moves += _lease_moves(extractor, candidates, handed_back[extractor.pk], now, started)
         for extractor, candidates in to_poll.items():
             slots, free_at = reserve_slots(extractor, RateSlot.POLL, len(candidates), now)
             started.polls += [Planned(job, at) for job, at in zip(candidates, slots, strict=False)]
-            moves += [_defer_move(job, free_at) for job in candidates[len(slots) :]]
+            moves += [defer_move(job, free_at) for job in candidates[len(slots) :]]
         outcome = jobs_transition(moves, actor=SYSTEM, locked={job.pk: job for job in jobs})
     started.submits = [p for p in started.submits if p.job.pk not in outcome.refused]
     started.polls = [p for p in started.polls if p.job.pk not in outcome.refused]
     return started
+
+
+def _hold_behind_circuits(
+    to_lease: dict[Extractor, list[ExtractionJob]],
+    to_poll: dict[Extractor, list[ExtractionJob]],
+    now: datetime,
+    started: StartedBatch,
+) -> list[Move]:
+    """Jobs of an extractor whose circuit is open or paused wait until it may be called again
+    (no call, no attempt spent); when a probe is due, one of them goes as the probe, a poll
+    rather than a submission."""
+    extractors = set(to_lease) | set(to_poll)
+    found = ExtractorHealth.objects.in_bulk([e.pk for e in extractors])
+    moves = []
+    for extractor in extractors:
+        health = started.health[extractor.pk] = found.get(extractor.pk)
+        gate = circuit_gate(health, now)
+        if gate.hold_until is None:
+            continue
+        polls, leases = to_poll.pop(extractor, []), to_lease.pop(extractor, [])
+        if gate.probe and polls:
+            to_poll[extractor], polls = polls[:1], polls[1:]
+        elif gate.probe:
+            to_lease[extractor], leases = leases[:1], leases[1:]
+        moves += [defer_move(job, gate.hold_until) for job in polls + leases]
+    return moves
 
 
 def _lease_moves(
@@ -136,7 +172,7 @@ def _lease_moves(
             started.submits.append(Planned(job, at))
         # Left over by the in-flight cap (all `room` had slots) or by the rate limit.
         wait_until = now + _in_flight_wait() if len(slots) == room else free_at
-        moves += [_defer_move(job, wait_until) for job in jobs[len(slots) :]]
+        moves += [defer_move(job, wait_until) for job in jobs[len(slots) :]]
     return moves
 
 
@@ -179,8 +215,8 @@ def _lease_move(job: ExtractionJob, extractor: Extractor, now: datetime) -> Move
     return Move(job.pk, states.SUBMITTING, expected_from={states.PENDING}, prepare=take_lease)
 
 
-def _defer_move(job: ExtractionJob, until: datetime) -> Move:
-    """No room (in-flight cap) or no rate slot now: look again at `until`."""
+def defer_move(job: ExtractionJob, until: datetime) -> Move:
+    """No room (in-flight cap), no rate slot or no circuit now: look again at `until`."""
 
     def defer(job: ExtractionJob) -> None:
         job.due_at = until
@@ -377,6 +413,30 @@ def submit_retry_move(
         states.PENDING,
         expected_from={states.SUBMITTING},
         reason=f"Transient fault; retrying in {delay.total_seconds():.1f}s",
+        details=details,
+        prepare=prepare,
+    )
+
+
+def submit_hold_move(
+    job_id: UUID, *, lease_token: int, error: str, http_status: int | None, until: datetime
+) -> Move:
+    """submitting → pending after a transient fault while the extractor's circuit is open: the
+    attempt is given back (the outage is not the job's fault), and the job waits for the
+    circuit."""
+    details = {"error": error, "http_status": http_status, "circuit": "open"}
+
+    def prepare(job: ExtractionJob) -> None:
+        _check_lease(job, lease_token)
+        job.submit_attempts -= 1
+        job.lease_expires_at = None
+        job.due_at = until
+
+    return Move(
+        job_id,
+        states.PENDING,
+        expected_from={states.SUBMITTING},
+        reason="Extractor unavailable (circuit open): waiting for it, no attempt spent",
         details=details,
         prepare=prepare,
     )

@@ -1,0 +1,52 @@
+"""An extractor's circuit (`jobtracking.services.circuits`) as the engine and staff use it:
+jobs held behind it are due exactly at its `probe_at`, so releasing them is one UPDATE."""
+
+from datetime import datetime
+
+from django.utils import timezone
+
+from extraction.models import Extractor
+from jobtracking import states
+from jobtracking.models import ExtractionJob, ExtractorHealth
+from jobtracking.services.circuits import circuit_pause, circuit_report, circuit_resume
+from jobtracking.wakeup import notify_due
+
+
+def _release(extractor_id: int):
+    def release(held_until: datetime) -> None:
+        held = ExtractionJob.objects.filter(
+            extractor_id=extractor_id, status__in=sorted(states.ACTIVE), due_at=held_until
+        )
+        held.update(due_at=timezone.now())
+        notify_due()
+
+    return release
+
+
+def extractor_report(
+    extractor_id: int, *, successes: int, failed_jobs: list[str], error: str
+) -> ExtractorHealth:
+    """A batch's calls to one extractor: how many succeeded, which jobs' calls failed
+    transiently (see `circuit_report`)."""
+    return circuit_report(
+        ExtractorHealth,
+        extractor_id,
+        successes=successes,
+        failed_keys=failed_jobs,
+        error=error,
+        now=timezone.now(),
+        release=_release(extractor_id),
+    )
+
+
+def extractor_pause(*, extractor: Extractor, reason: str) -> ExtractorHealth:
+    """Staff stop all calls to the extractor (maintenance, a key rotation). Jobs wait; their
+    deadlines still run, and they can still be cancelled."""
+    return circuit_pause(ExtractorHealth, extractor.pk, reason=reason, now=timezone.now())
+
+
+def extractor_resume(*, extractor: Extractor) -> ExtractorHealth:
+    """Calls resume (after a pause, or at once for an open circuit); held jobs are due now."""
+    return circuit_resume(
+        ExtractorHealth, extractor.pk, now=timezone.now(), release=_release(extractor.pk)
+    )

@@ -1,0 +1,159 @@
+"""An extractor failing as a whole opens its circuit: its jobs wait without spending attempts,
+one probe goes out on a backoff schedule, and the first success releases them. Staff can pause
+and resume it through the same mechanism. Against the real sandbox."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobtracking import states
+from jobtracking.models import CircuitState, ExtractionJob, ExtractorHealth, JobStatusChange
+from jobtracking.services.extractor_health import extractor_pause, extractor_resume
+from jobtracking.tasks import process_jobs
+from tests.jobtracking.test_tasks import new_job, run_to_end, sandbox_extractor  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def run_batch(jobs) -> None:
+    """What the dispatcher does for jobs that are due: claim them together, one task."""
+    ids = [job.pk for job in jobs]
+    ExtractionJob.objects.filter(pk__in=ids).update(claimed_at=timezone.now())
+    process_jobs([str(pk) for pk in ids])
+
+
+def make_due(jobs) -> None:
+    ExtractionJob.objects.filter(pk__in=[job.pk for job in jobs]).update(due_at=timezone.now())
+
+
+def calls(sandbox) -> int:
+    return sum(sandbox.stats()["requests"].values())
+
+
+def reload(jobs) -> list[ExtractionJob]:
+    return list(ExtractionJob.objects.filter(pk__in=[job.pk for job in jobs]).order_by("pk"))
+
+
+@pytest.fixture
+def failing_batch(sandbox, sandbox_extractor, settings):  # noqa: F811
+    """Six jobs whose submissions all fail at once: the circuit opens on that batch."""
+    settings.CIRCUIT_FAILURES = 5
+    jobs = [new_job(sandbox_extractor, file_id=f"f{n}") for n in range(6)]
+    sandbox.configure(transient_rate=1.0)
+    run_batch(jobs)
+    return jobs
+
+
+def test_failures_across_jobs_open_the_circuit_and_spend_no_attempt(
+    failing_batch,
+    sandbox_extractor,  # noqa: F811
+):
+    health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
+    assert (health.state, health.failures) == (CircuitState.OPEN, 6)
+    assert "503" in health.last_error or "502" in health.last_error
+    for job in reload(failing_batch):
+        assert (job.status_id, job.submit_attempts, job.attempt) == (states.PENDING, 0, 1)
+        assert job.due_at == health.probe_at
+        change = JobStatusChange.objects.filter(job=job).last()
+        assert change.details["circuit"] == "open"
+
+
+def test_an_open_circuit_sends_one_probe_and_holds_the_rest(
+    failing_batch,
+    sandbox,
+    sandbox_extractor,  # noqa: F811
+):
+    sandbox.reset()
+    make_due(failing_batch)
+    ExtractorHealth.objects.filter(pk=sandbox_extractor.pk).update(probe_at=timezone.now())
+    run_batch(failing_batch)
+    assert calls(sandbox) == 1
+    health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
+    assert (health.state, health.probes) == (CircuitState.OPEN, 1)
+    assert {job.submit_attempts for job in reload(failing_batch)} == {0}
+    # Not yet time for the next probe: nothing goes out.
+    make_due(failing_batch)
+    run_batch(failing_batch)
+    assert calls(sandbox) == 1
+    assert {job.due_at for job in reload(failing_batch)} == {health.probe_at}
+
+
+def test_a_successful_probe_closes_the_circuit_and_releases_held_jobs(
+    failing_batch,
+    sandbox,
+    sandbox_extractor,  # noqa: F811
+):
+    sandbox.configure(transient_rate=0.0)
+    make_due(failing_batch)
+    ExtractorHealth.objects.filter(pk=sandbox_extractor.pk).update(probe_at=timezone.now())
+    run_batch(failing_batch)
+    health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
+    assert (health.state, health.failures) == (CircuitState.CLOSED, 0)
+    jobs = reload(failing_batch)
+    assert sorted(job.status_id for job in jobs) == [states.PENDING] * 5 + [states.SUBMITTED]
+    assert all(job.due_at <= timezone.now() for job in jobs if job.status_id == states.PENDING)
+    for job in jobs:
+        done = run_to_end(job)
+        assert (done.status_id, done.attempt, done.submit_attempts) == (states.SUCCEEDED, 1, 1)
+
+
+def test_polls_during_an_outage_spend_no_poll_errors(sandbox, sandbox_extractor, settings):  # noqa: F811
+    settings.CIRCUIT_FAILURES = 3
+    sandbox.configure(latency_min=30, latency_max=30)
+    jobs = [new_job(sandbox_extractor, file_id=f"p{n}") for n in range(4)]
+    run_batch(jobs)
+    assert {job.status_id for job in reload(jobs)} == {states.SUBMITTED}
+    sandbox.configure(transient_rate=1.0)
+    make_due(jobs)
+    run_batch(jobs)
+    health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
+    assert health.state == CircuitState.OPEN
+    for job in reload(jobs):
+        assert (job.status_id, job.poll_error_count, job.due_at) == (
+            states.SUBMITTED,
+            0,
+            health.probe_at,
+        )
+
+
+def test_one_job_failing_alone_spends_its_budget_and_opens_no_circuit(
+    sandbox,
+    sandbox_extractor,
+    settings,  # noqa: F811
+):
+    settings.CIRCUIT_FAILURES = 2
+    sandbox_extractor.max_submit_attempts = 4
+    sandbox_extractor.save()
+    sandbox.configure(transient_rate=1.0)
+    job = run_to_end(new_job(sandbox_extractor))
+    assert (job.status_id, job.error_code, job.submit_attempts) == (
+        states.FAILED,
+        "extractor_unavailable",
+        4,
+    )
+    assert ExtractorHealth.objects.get(pk=sandbox_extractor.pk).state == CircuitState.CLOSED
+
+
+def test_a_job_behind_an_open_circuit_still_times_out(failing_batch, sandbox_extractor):  # noqa: F811
+    late = failing_batch[0]
+    ExtractionJob.objects.filter(pk=late.pk).update(
+        deadline_at=timezone.now() - timedelta(seconds=1)
+    )
+    make_due([late])
+    run_batch([late])
+    late.refresh_from_db()
+    assert (late.status_id, late.error_code) == (states.TIMED_OUT, "deadline_exceeded")
+
+
+def test_pause_holds_every_call_and_resume_releases_the_jobs(sandbox, sandbox_extractor):  # noqa: F811
+    extractor_pause(extractor=sandbox_extractor, reason="key rotation")
+    jobs = [new_job(sandbox_extractor, file_id=f"k{n}") for n in range(3)]
+    run_batch(jobs)
+    health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
+    assert (health.state, health.reason) == (CircuitState.PAUSED, "key rotation")
+    assert calls(sandbox) == 0
+    assert {(j.status_id, j.due_at) for j in reload(jobs)} == {(states.PENDING, health.probe_at)}
+    extractor_resume(extractor=sandbox_extractor)
+    assert all(job.due_at <= timezone.now() for job in reload(jobs))
+    assert run_to_end(jobs[0]).status_id == states.SUCCEEDED
