@@ -1,7 +1,8 @@
 """The dispatcher hands out all job work. It claims jobs whose due_at has passed and enqueues
-one `process_jobs` task per batch of one extractor's jobs, and likewise a task per webhook
-delivery whose retry is due. A new job wakes it at once (PostgreSQL `NOTIFY`, see
-`jobtracking.wakeup`); otherwise it looks every `JOBS_DISPATCH_IDLE_SECONDS`.
+one `process_jobs` task per batch of one extractor's jobs. Beside it, a thread runs the webhook
+delivery lane (`jobtracking.delivery_lane`), which never goes through the broker. A new job wakes
+it at once (PostgreSQL `NOTIFY`, see `jobtracking.wakeup`); otherwise it looks every
+`JOBS_DISPATCH_IDLE_SECONDS`.
 
 Claiming uses `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL, so several dispatchers on several
 machines never claim the same job, and the queries walk a partial index of active jobs by
@@ -14,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections import defaultdict
 from datetime import timedelta
@@ -26,15 +28,14 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 
 from jobtracking import states
+from jobtracking.delivery_lane import DeliveryLane, deliveries_send_due
 from jobtracking.models import (
     ACTIVE_STATUS,
     REQUESTER_KEY,
-    DeliveryState,
     ExtractionJob,
-    WebhookDelivery,
 )
 from jobtracking.priorities import round_robin, split
-from jobtracking.queue import enqueue_batch, enqueue_delivery
+from jobtracking.queue import enqueue_batch
 from jobtracking.tasks import beat
 from jobtracking.wakeup import Listener
 
@@ -112,27 +113,12 @@ def enqueue_batches(rows: list[tuple[UUID, int]]) -> None:
             enqueue_batch(ids[start : start + size])
 
 
-def claim_due_deliveries(*, batch_size: int, lease: timedelta) -> list[int]:
-    """The same for webhook deliveries whose next attempt is due."""
-    now = timezone.now()
-    with transaction.atomic():
-        due = WebhookDelivery.objects.filter(state=DeliveryState.PENDING, next_attempt_at__lte=now)
-        if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True)
-        ids = list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:batch_size])
-        if ids:
-            WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + lease)
-            transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in ids])
-    return ids
-
-
 def dispatch_once() -> int:
-    """One claim round for due jobs and webhook retries: a django-q2 schedule runs it every
-    minute as a safety net for a deployment whose dispatcher is down."""
+    """One claim round for due jobs and one round of the delivery lane: a django-q2 schedule
+    runs it every minute as a safety net for a deployment whose dispatcher is down."""
     lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
-    batch = settings.JOBS_DISPATCH_BATCH_SIZE
-    jobs = claim_due_jobs(batch_size=batch, lease=lease)
-    return len(jobs) + len(claim_due_deliveries(batch_size=batch, lease=lease))
+    jobs = claim_due_jobs(batch_size=settings.JOBS_DISPATCH_BATCH_SIZE, lease=lease)
+    return len(jobs) + deliveries_send_due(limit=settings.WEBHOOK_LANE_BATCH_SIZE, lease=lease)
 
 
 class Dispatcher:
@@ -145,10 +131,10 @@ class Dispatcher:
         self.lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
         self.name = f"dispatcher@{socket.gethostname()}:{os.getpid()}"
         self.stopping = False
+        self.lane_stopping = threading.Event()
         self.claimed_total = 0
         self.last_beat = 0.0
         self.held_back = False
-        self.last_delivery_round = 0.0
 
     @cached_property
     def broker(self):
@@ -158,10 +144,14 @@ class Dispatcher:
 
     def stop(self, *_args) -> None:
         self.stopping = True
+        self.lane_stopping.set()
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        # Webhook deliveries in their own lane: a backlog of them never holds job claims.
+        lane = DeliveryLane(self.lane_stopping)
+        lane.start()
         listener = Listener()
         failures = 0
         while not self.stopping:
@@ -194,11 +184,6 @@ class Dispatcher:
         wanted = min(self.batch_size, max(0, room) * settings.JOBS_TASK_BATCH_SIZE)
         claimed = len(claim_due_jobs(batch_size=wanted, lease=self.lease)) if wanted else 0
         self.held_back = wanted < self.batch_size and (not wanted or claimed == wanted)
-        # Webhook retries are not urgent: look for them at the idle pace, not every
-        # back-pressure poll.
-        if time.monotonic() - self.last_delivery_round >= self.idle:
-            claimed += len(claim_due_deliveries(batch_size=self.batch_size, lease=self.lease))
-            self.last_delivery_round = time.monotonic()
         self.claimed_total += claimed
         if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:
             beat("dispatcher", self.name, claimed_total=self.claimed_total)

@@ -378,6 +378,9 @@ class WebhookDelivery(models.Model):
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_response_excerpt = models.TextField(blank=True)
+    first_failed_at = models.DateTimeField(
+        null=True, blank=True, help_text="Retries stop a day or so after this."
+    )
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

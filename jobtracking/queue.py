@@ -21,11 +21,3 @@ def enqueue_cancel_at_extractor(job_id: UUID | str) -> None:
         str(job_id),
         q_options={"task_name": f"cancel at extractor {job_id}", "group": "jobs"},
     )
-
-
-def enqueue_delivery(delivery_id: int) -> None:
-    async_task(
-        "jobtracking.tasks.deliver_webhook",
-        delivery_id,
-        q_options={"task_name": f"webhook delivery {delivery_id}", "group": "webhooks"},
-    )

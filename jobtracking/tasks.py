@@ -38,11 +38,12 @@ from extraction.models import Extractor
 from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
-from jobtracking.logs import job_log_context, log_context
+from jobtracking.logs import job_log_context
 from jobtracking.models import ExtractionJob, ExtractorHealth, ServiceHeartbeat
 from jobtracking.retention import jobs_purge, purgeable_jobs
 from jobtracking.schedule import next_delay
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
+from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.engine import (
     Planned,
     Result,
@@ -58,9 +59,8 @@ from jobtracking.services.engine import (
     submitted_move,
     succeeded_move,
 )
-from jobtracking.services.extractor_health import extractor_report
+from jobtracking.services.extractor_health import extractor_release
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
-from jobtracking.webhooks import deliver
 
 logger = logging.getLogger(__name__)
 
@@ -140,28 +140,15 @@ def _is_outage_fault(error) -> bool:
 def _report_to_circuits(
     calls: list[tuple[ExtractionJob, Call]], health: dict[int, ExtractorHealth | None]
 ) -> dict[int, datetime]:
-    """Count each extractor's calls by outcome on its circuit; returns, for each extractor whose
-    circuit is now open or paused, when its held jobs are due. A healthy extractor's batch
-    writes nothing."""
-    tally: defaultdict[int, list] = defaultdict(lambda: [0, [], ""])
+    """Each extractor's calls on its circuit; returns, for each extractor whose circuit is now
+    open or paused, when its held jobs are due."""
+    tallies = defaultdict(Tally)
     for job, call in calls:
-        counts = tally[job.extractor_id]
         if _is_outage_fault(call.error):
-            counts[1].append(str(job.pk))
-            counts[2] = call.error.message
+            tallies[job.extractor_id].failed(str(job.pk), call.error.message)
         elif not isinstance(call.error, OSError):
-            counts[0] += 1
-    holding = {}
-    for extractor_id, (successes, failed, error) in tally.items():
-        known = health.get(extractor_id)
-        if not failed and (known is None or not (known.holding or known.failures)):
-            continue
-        circuit = extractor_report(
-            extractor_id, successes=successes, failed_jobs=failed, error=error
-        )
-        if circuit.holding:
-            holding[extractor_id] = circuit.probe_at
-    return holding
+            tallies[job.extractor_id].successes += 1
+    return circuits_report(ExtractorHealth, tallies, health, extractor_release)
 
 
 @functools.cache
@@ -421,12 +408,6 @@ def reap_stuck_jobs() -> dict[str, int]:
     )
     repaired = active.filter(due_at__isnull=True).update(due_at=now)
     return {"timed_out": timed_out, "handed_back": handed_back, "repaired": repaired}
-
-
-def deliver_webhook(delivery_id: int) -> None:
-    """One attempt at one webhook delivery; the outcome schedules the next one."""
-    with log_context(event="webhook_delivery"):
-        logger.info("webhook delivery %s: %s", delivery_id, deliver(delivery_id))
 
 
 def purge_expired_jobs() -> int:

@@ -12,7 +12,7 @@ import hmac
 import json
 import random
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import requests
@@ -22,7 +22,6 @@ from django.utils import timezone
 
 from jobtracking.ids import uuid7
 from jobtracking.models import DeliveryState, JobEvent, WebhookDelivery, WebhookSubscription
-from jobtracking.queue import enqueue_delivery
 from jobtracking.rows import columns, insert_fields, instance, json_rows, select_rows, table
 from jobtracking.urlsafety import UnsafeURLError, post_checked
 
@@ -36,6 +35,8 @@ RETRY_SCHEDULE = (
     timedelta(hours=6),
     timedelta(hours=24),
 )
+# However its attempts went, a delivery still failing this long after its first failure is dead.
+RETRY_WINDOW = sum(RETRY_SCHEDULE, timedelta())
 EXCERPT_BYTES = 1024
 TEST_EVENT_TYPE = "webhook.test"
 
@@ -61,29 +62,21 @@ def wants(subscription: WebhookSubscription, event_type: str) -> bool:
 
 
 def deliveries_fan_out(events: list[JobEvent]) -> None:
-    """One pending delivery per (event, matching active subscription). Call inside the
-    transaction that writes the events: they commit together, and each delivery is handed to a
-    task once they have. Its first due time is a lease away, so the dispatcher retries only a
-    delivery whose task was lost."""
+    """One pending delivery per (event, matching active subscription), due at once. Call inside
+    the transaction that writes the events: they commit together, and the delivery lane
+    (`jobtracking.delivery_lane`) sends them."""
     if not events:
         return
     subscriptions = list(WebhookSubscription.objects.filter(active=True))
     if not subscriptions:
         return
     now = timezone.now()
-    deliveries = WebhookDelivery.objects.bulk_create(
+    WebhookDelivery.objects.bulk_create(
         _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
         for event in events
         for sub in subscriptions
         if wants(sub, event.type)
     )
-    enqueue_on_commit([delivery.pk for delivery in deliveries])
-
-
-def enqueue_on_commit(delivery_ids: list[int]) -> None:
-    """Hand each new delivery to a task once the transaction that wrote it has committed."""
-    if delivery_ids:  # (most creates have none: registering a callback is not free)
-        transaction.on_commit(lambda: [enqueue_delivery(pk) for pk in delivery_ids])
 
 
 def _delivery_value_fields() -> tuple:
@@ -116,9 +109,7 @@ def fan_out_values(now) -> str:
 
 
 def _pending_delivery(now, **relations) -> WebhookDelivery:
-    """A new delivery: its first due time is a lease away (see `deliveries_fan_out`)."""
-    lease = now + timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
-    return instance(WebhookDelivery, next_attempt_at=lease, created_at=now, **relations)
+    return instance(WebhookDelivery, next_attempt_at=now, created_at=now, **relations)
 
 
 def _message(event_type: str, timestamp, data: dict) -> bytes:
@@ -175,7 +166,7 @@ def post_signed(
 
 
 def deliver(delivery_id: int) -> str:
-    """Make one attempt; record its outcome. Returns the delivery's state afterwards."""
+    """Make one attempt now; record its outcome. Returns the delivery's state afterwards."""
     delivery = (
         WebhookDelivery.objects.select_related("event", "subscription")
         .filter(pk=delivery_id, state=DeliveryState.PENDING)
@@ -183,11 +174,23 @@ def deliver(delivery_id: int) -> str:
     )
     if delivery is None:
         return "gone"
+    return record_attempt(delivery, send(delivery))
+
+
+def send(delivery: WebhookDelivery) -> tuple[int | None, str, str]:
+    """POST the delivery's event: (HTTP status or None, response excerpt, error)."""
     event = delivery.event
-    status, excerpt, error = post_signed(
-        delivery.subscription, str(event.event_id), delivery_body(event)
-    )
-    return _record_attempt(delivery, status=status, excerpt=excerpt, error=error)
+    return post_signed(delivery.subscription, str(event.event_id), delivery_body(event))
+
+
+def is_delivered(status: int | None) -> bool:
+    return status is not None and 200 <= status < 300
+
+
+def is_receiver_down(status: int | None) -> bool:
+    """An answer that says the receiver may be down as a whole (no answer, 408, 429, 5xx), as
+    opposed to one that refuses this delivery."""
+    return status is None or status in (408, 429) or status >= 500
 
 
 def send_test_event(subscription: WebhookSubscription) -> tuple[int | None, str, str]:
@@ -198,23 +201,36 @@ def send_test_event(subscription: WebhookSubscription) -> tuple[int | None, str,
     return post_signed(subscription, f"msg_test_{uuid7()}", body)
 
 
-def _record_attempt(delivery: WebhookDelivery, *, status: int | None, excerpt: str, error: str):
+def record_attempt(
+    delivery: WebhookDelivery,
+    outcome: tuple[int | None, str, str],
+    held_until: datetime | None = None,
+) -> str:
+    """Record one attempt's outcome; returns the delivery's state afterwards. A failure is
+    retried on `RETRY_SCHEDULE`; `held_until` (the receiver's circuit is open) means it was not
+    this delivery's fault: it is not counted and waits for the circuit. Either way a delivery
+    still failing `RETRY_WINDOW` after its first failure is dead."""
+    status, excerpt, error = outcome
     now = timezone.now()
-    attempts = delivery.attempts + 1
+    first_failed_at = delivery.first_failed_at or now
+    attempts = delivery.attempts + (held_until is None or is_delivered(status))
     changes: dict[str, Any] = {
         "attempts": attempts,
         "last_status_code": status,
         "last_response_excerpt": excerpt,
-        "last_error": error or ("" if status and 200 <= status < 300 else f"HTTP {status}"),
+        "last_error": error or ("" if is_delivered(status) else f"HTTP {status}"),
     }
-    if status is not None and 200 <= status < 300:
+    if is_delivered(status):
         changes |= {"state": DeliveryState.DELIVERED, "delivered_at": now, "next_attempt_at": None}
-    elif attempts > len(RETRY_SCHEDULE):
+    elif attempts > len(RETRY_SCHEDULE) or now >= first_failed_at + RETRY_WINDOW:
         changes |= {"state": DeliveryState.DEAD, "next_attempt_at": None}
+    elif held_until is not None:
+        changes |= {"first_failed_at": first_failed_at, "next_attempt_at": held_until}
     else:
         wait = RETRY_SCHEDULE[attempts - 1].total_seconds()
         changes["next_attempt_at"] = now + timedelta(seconds=wait * random.uniform(1.0, 1.2))
-    # Compare-and-set on the attempt count: a duplicate task's outcome is dropped.
+        changes["first_failed_at"] = first_failed_at
+    # Compare-and-set on the attempt count: a duplicate sender's outcome is dropped.
     WebhookDelivery.objects.filter(
         pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
     ).update(**changes)
@@ -225,5 +241,9 @@ def delivery_retry(*, queryset) -> int:
     """Give dead deliveries a fresh schedule, due now (the admin action and the command)."""
     with transaction.atomic():
         return queryset.filter(state=DeliveryState.DEAD).update(
-            state=DeliveryState.PENDING, attempts=0, next_attempt_at=timezone.now(), last_error=""
+            state=DeliveryState.PENDING,
+            attempts=0,
+            first_failed_at=None,
+            next_attempt_at=timezone.now(),
+            last_error="",
         )

@@ -20,12 +20,13 @@ does. Opening and closing are logged once each.
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from jobtracking.models import Circuit, CircuitState
 
@@ -111,6 +112,47 @@ def circuit_report(
                 )
         health.save()
     return health
+
+
+@dataclass
+class Tally:
+    """A round's calls to one dependency: how many succeeded, whose failed as an outage would."""
+
+    successes: int = 0
+    failed_keys: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def failed(self, key: str, error: str) -> None:
+        self.failed_keys.append(key)
+        self.error = error
+
+
+def circuits_report(
+    model: type[Circuit],
+    tallies: dict[int, Tally],
+    known: dict[int, Circuit | None],
+    release: Callable[[int], Callable[[datetime], None]],
+) -> dict[int, datetime]:
+    """Report a round's tallies (`known`: the circuits as the round found them); returns, for
+    each dependency whose circuit now holds work, until when. A dependency that was healthy
+    and stays so costs no write."""
+    holding = {}
+    for key, tally in tallies.items():
+        health = known.get(key)
+        if not tally.failed_keys and (health is None or not (health.holding or health.failures)):
+            continue
+        health = circuit_report(
+            model,
+            key,
+            successes=tally.successes,
+            failed_keys=tally.failed_keys,
+            error=tally.error,
+            now=timezone.now(),
+            release=release(key),
+        )
+        if health.holding:
+            holding[key] = health.probe_at
+    return holding
 
 
 def circuit_pause(model: type[Circuit], key: int, *, reason: str, now: datetime) -> Circuit:

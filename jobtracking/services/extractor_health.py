@@ -8,11 +8,13 @@ from django.utils import timezone
 from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.models import ExtractionJob, ExtractorHealth
-from jobtracking.services.circuits import circuit_pause, circuit_report, circuit_resume
+from jobtracking.services.circuits import circuit_pause, circuit_resume
 from jobtracking.wakeup import notify_due
 
 
-def _release(extractor_id: int):
+def extractor_release(extractor_id: int):
+    """What an extractor's circuit does when it closes: its held jobs are due now."""
+
     def release(held_until: datetime) -> None:
         held = ExtractionJob.objects.filter(
             extractor_id=extractor_id, status__in=sorted(states.ACTIVE), due_at=held_until
@@ -21,22 +23,6 @@ def _release(extractor_id: int):
         notify_due()
 
     return release
-
-
-def extractor_report(
-    extractor_id: int, *, successes: int, failed_jobs: list[str], error: str
-) -> ExtractorHealth:
-    """A batch's calls to one extractor: how many succeeded, which jobs' calls failed
-    transiently (see `circuit_report`)."""
-    return circuit_report(
-        ExtractorHealth,
-        extractor_id,
-        successes=successes,
-        failed_keys=failed_jobs,
-        error=error,
-        now=timezone.now(),
-        release=_release(extractor_id),
-    )
 
 
 def extractor_pause(*, extractor: Extractor, reason: str) -> ExtractorHealth:
@@ -48,5 +34,5 @@ def extractor_pause(*, extractor: Extractor, reason: str) -> ExtractorHealth:
 def extractor_resume(*, extractor: Extractor) -> ExtractorHealth:
     """Calls resume (after a pause, or at once for an open circuit); held jobs are due now."""
     return circuit_resume(
-        ExtractorHealth, extractor.pk, now=timezone.now(), release=_release(extractor.pk)
+        ExtractorHealth, extractor.pk, now=timezone.now(), release=extractor_release(extractor.pk)
     )

@@ -11,7 +11,7 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
 
-from jobtracking.dispatcher import claim_due_deliveries
+from jobtracking.delivery_lane import claim_due_deliveries, deliveries_send_due
 from jobtracking.models import WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, job_cancel, job_create
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
@@ -41,9 +41,11 @@ def make_job(file_id="f-1"):
     )
 
 
-def test_event_is_delivered_signed_and_verifiable(
-    subscription, httpserver, django_capture_on_commit_callbacks
-):
+def lane_round() -> int:
+    return deliveries_send_due(limit=100, lease=timedelta(seconds=30))
+
+
+def test_event_is_delivered_signed_and_verifiable(subscription, httpserver):
     received = []
 
     def receiver(request):
@@ -54,8 +56,8 @@ def test_event_is_delivered_signed_and_verifiable(
         return Response("thanks", 200)
 
     httpserver.expect_request("/hooks", method="POST").respond_with_handler(receiver)
-    with django_capture_on_commit_callbacks(execute=True):
-        job = make_job()
+    job = make_job()
+    assert lane_round() == 1
 
     assert len(received) == 1
     assert received[0]["type"] == "job.created"
@@ -80,14 +82,12 @@ def test_a_tampered_body_fails_verification(subscription, httpserver):
         Webhook(subscription_secret(subscription)).verify(tampered, captured["headers"])
 
 
-def test_subscriptions_receive_only_their_event_types(
-    httpserver, django_capture_on_commit_callbacks
-):
+def test_subscriptions_receive_only_their_event_types(httpserver):
     WebhookSubscriptionFactory(url=httpserver.url_for("/hooks"), event_types=["job.cancelled"])
     httpserver.expect_request("/hooks").respond_with_data("ok")
-    with django_capture_on_commit_callbacks(execute=True):
-        job = make_job()
-        job_cancel(job_id=job.pk, actor=Actor("api"))
+    job = make_job()
+    job_cancel(job_id=job.pk, actor=Actor("api"))
+    assert lane_round() == 1
     (delivery,) = WebhookDelivery.objects.all()
     assert delivery.event.type == "job.cancelled" and delivery.state == "delivered"
 
@@ -218,15 +218,12 @@ def test_a_pinned_delivery_keeps_the_name_in_the_host_header(httpserver, setting
     assert request.headers["Host"] == f"named.example:{httpserver.port}"
 
 
-def test_the_dispatcher_claims_due_deliveries_once(
-    subscription, django_capture_on_commit_callbacks
-):
+def test_the_lane_claims_due_deliveries_once(subscription):
     make_job()
-    WebhookDelivery.objects.update(next_attempt_at=timezone.now() - timedelta(seconds=1))
-    with django_capture_on_commit_callbacks(execute=False):
-        first = claim_due_deliveries(batch_size=10, lease=timedelta(seconds=30))
-        second = claim_due_deliveries(batch_size=10, lease=timedelta(seconds=30))
+    first, _ = claim_due_deliveries(limit=10, lease=timedelta(seconds=30))
+    second, _ = claim_due_deliveries(limit=10, lease=timedelta(seconds=30))
     assert len(first) == 1 and second == []
+    assert WebhookDelivery.objects.get().next_attempt_at > timezone.now() + timedelta(seconds=29)
 
 
 def test_subscription_secrets_are_derived_and_rotate(subscription):

@@ -1,0 +1,122 @@
+"""The webhook delivery lane: deliveries never go through the job broker, so a backlog of them,
+or a receiver that is down or never answers, holds no job work.
+
+The lane is a thread of every dispatcher process. Each round claims due deliveries (`SELECT …
+FOR UPDATE SKIP LOCKED`, so several dispatchers never send one twice at once), holds those whose
+receiver's circuit is open or paused (one goes as the probe, see
+`jobtracking.services.circuits`), POSTs the rest at once through a bounded pool, records each
+attempt and reports each receiver's outcomes to its circuit. A new delivery is due at once and
+is sent within `WEBHOOK_LANE_IDLE_SECONDS`; a claimed delivery whose sender died is due again
+after the dispatch lease.
+"""
+
+import functools
+import logging
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from jobtracking.models import DeliveryState, ReceiverHealth, WebhookDelivery
+from jobtracking.services.circuits import Tally, circuit_gate, circuits_report
+from jobtracking.webhooks import is_delivered, is_receiver_down, record_attempt, send
+
+logger = logging.getLogger(__name__)
+
+
+def claim_due_deliveries(
+    *, limit: int, lease: timedelta
+) -> tuple[list[WebhookDelivery], dict[int, ReceiverHealth]]:
+    """Claim up to `limit` due deliveries: those to send now get their next attempt a lease
+    ahead (so that nobody else sends them meanwhile); those of a receiver whose circuit holds
+    them wait until it may be called again. Returns those to send, and the receivers'
+    circuits as found."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = WebhookDelivery.objects.select_related("event", "subscription").filter(
+            state=DeliveryState.PENDING, next_attempt_at__lte=now
+        )
+        if connection.features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True, of=("self",))
+        by_receiver = defaultdict(list)
+        for delivery in due.order_by("next_attempt_at")[:limit]:
+            by_receiver[delivery.subscription_id].append(delivery)
+        health = ReceiverHealth.objects.in_bulk(list(by_receiver))
+        to_send = []
+        for receiver, deliveries in by_receiver.items():
+            gate = circuit_gate(health.get(receiver), now)
+            if gate.hold_until is None:
+                to_send += deliveries
+                continue
+            to_send += deliveries[:1] if gate.probe else []
+            held = deliveries[1:] if gate.probe else deliveries
+            WebhookDelivery.objects.filter(pk__in=[d.pk for d in held]).update(
+                next_attempt_at=gate.hold_until
+            )
+        WebhookDelivery.objects.filter(pk__in=[d.pk for d in to_send]).update(
+            next_attempt_at=now + lease
+        )
+    return to_send, health
+
+
+def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
+    """One round of the lane; returns how many deliveries it sent."""
+    deliveries, health = claim_due_deliveries(limit=limit, lease=lease)
+    outcomes = list(_pool().map(send, deliveries))
+    tallies = defaultdict(Tally)
+    for delivery, (status, _excerpt, error) in zip(deliveries, outcomes, strict=True):
+        if is_receiver_down(status):
+            tallies[delivery.subscription_id].failed(str(delivery.pk), error or f"HTTP {status}")
+        elif is_delivered(status):
+            tallies[delivery.subscription_id].successes += 1
+    holding = circuits_report(ReceiverHealth, tallies, health, _release)
+    for delivery, outcome in zip(deliveries, outcomes, strict=True):
+        record_attempt(delivery, outcome, holding.get(delivery.subscription_id))
+    return len(deliveries)
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(
+        max_workers=settings.WEBHOOK_CONCURRENCY, thread_name_prefix="webhook"
+    )
+
+
+def _release(receiver: int):
+    def release(held_until: datetime) -> None:
+        WebhookDelivery.objects.filter(
+            subscription_id=receiver, state=DeliveryState.PENDING, next_attempt_at=held_until
+        ).update(next_attempt_at=timezone.now())
+
+    return release
+
+
+class DeliveryLane(threading.Thread):
+    """The lane's loop, beside a dispatcher's: rounds back to back while deliveries are due,
+    a short sleep when none is; database outages ridden out with capped backoff."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        super().__init__(name="delivery-lane", daemon=True)
+        self.stopping = stopping
+
+    def run(self) -> None:
+        lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                sent = deliveries_send_due(limit=settings.WEBHOOK_LANE_BATCH_SIZE, lease=lease)
+                failures = 0
+                if not sent:
+                    self.stopping.wait(settings.WEBHOOK_LANE_IDLE_SECONDS)
+            except DatabaseError as error:
+                failures += 1
+                wait = min(10.0, 0.5 * 2**failures)
+                logger.warning("delivery lane: database error (%s); retrying in %.1fs", error, wait)
+                connection.close()
+                time.sleep(wait)
+        connection.close()

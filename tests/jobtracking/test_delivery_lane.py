@@ -1,0 +1,129 @@
+"""The delivery lane: deliveries sent in rounds outside the job broker, and a receiver that is
+down or never answers gets probes, not one POST per event; its deliveries wait, uncounted, and
+still die a day or so after their first failure."""
+
+import socket
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from werkzeug import Response
+
+from jobtracking.delivery_lane import deliveries_send_due
+from jobtracking.models import CircuitState, ReceiverHealth, WebhookDelivery
+from jobtracking.webhooks import RETRY_WINDOW
+from tests.factories import WebhookSubscriptionFactory
+from tests.jobtracking.test_webhooks import lane_round, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _loopback_receivers(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    settings.WEBHOOK_READ_TIMEOUT = 0.3
+    settings.CIRCUIT_FAILURES = 5
+
+
+@pytest.fixture
+def receiver(httpserver):
+    return WebhookSubscriptionFactory(url=httpserver.url_for("/hooks"))
+
+
+def six_events() -> None:
+    for n in range(6):
+        make_job(file_id=f"f-{n}")
+
+
+def health(subscription) -> ReceiverHealth:
+    return ReceiverHealth.objects.get(pk=subscription.pk)
+
+
+def probe_due(subscription) -> None:
+    ReceiverHealth.objects.filter(pk=subscription.pk).update(probe_at=timezone.now())
+
+
+@pytest.fixture
+def silent_receiver():
+    """A receiver that accepts connections (the kernel completes them) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield WebhookSubscriptionFactory(url=f"http://127.0.0.1:{listener.getsockname()[1]}/h")
+
+
+@pytest.mark.parametrize("answer", ["503", "no answer"])
+def test_a_receiver_down_opens_its_circuit_and_costs_no_attempt(request, httpserver, answer):
+    if answer == "503":
+        receiver = request.getfixturevalue("receiver")
+        httpserver.expect_request("/hooks").respond_with_data("down", status=503)
+    else:
+        receiver = request.getfixturevalue("silent_receiver")
+    six_events()
+    assert lane_round() == 6
+    circuit = health(receiver)
+    assert circuit.last_error == ("HTTP 503" if answer == "503" else "ReadTimeout")
+    assert circuit.state == CircuitState.OPEN
+    for delivery in WebhookDelivery.objects.all():
+        assert (delivery.state, delivery.attempts) == ("pending", 0)
+        assert delivery.next_attempt_at == circuit.probe_at
+        assert delivery.first_failed_at is not None and delivery.last_error
+
+
+def test_an_open_receiver_gets_one_probe_then_its_deliveries_flow(receiver, httpserver):
+    posts = []
+
+    def down(request):
+        posts.append(request)
+        return Response("down", status=503)
+
+    httpserver.expect_request("/hooks").respond_with_handler(down)
+    six_events()
+    lane_round()
+    assert lane_round() == 0  # not yet time for a probe
+    assert len(posts) == 6
+    probe_due(receiver)
+    WebhookDelivery.objects.update(next_attempt_at=timezone.now())
+    assert lane_round() == 1
+    assert len(posts) == 7
+    assert health(receiver).probes == 1
+
+    httpserver.clear()
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    probe_due(receiver)
+    WebhookDelivery.objects.update(next_attempt_at=health(receiver).probe_at)
+    assert lane_round() == 1  # the probe succeeds: the circuit closes, the rest are released
+    assert health(receiver).state == CircuitState.CLOSED
+    assert lane_round() == 5
+    assert set(WebhookDelivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
+
+
+def test_one_delivery_failing_alone_follows_its_schedule(receiver, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data("down", status=503)
+    make_job()
+    for _ in range(6):
+        WebhookDelivery.objects.update(next_attempt_at=timezone.now())
+        lane_round()
+    assert WebhookDelivery.objects.get().attempts == 6
+    assert health(receiver).state == CircuitState.CLOSED
+
+
+def test_a_held_delivery_dies_a_retry_window_after_its_first_failure(receiver, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data("down", status=503)
+    six_events()
+    lane_round()
+    WebhookDelivery.objects.update(first_failed_at=timezone.now() - RETRY_WINDOW)
+    probe_due(receiver)
+    WebhookDelivery.objects.update(next_attempt_at=timezone.now())
+    lane_round()
+    assert WebhookDelivery.objects.filter(state="dead").count() == 1  # the probe, still failing
+
+
+def test_a_healthy_receiver_beside_a_down_one_gets_everything(receiver, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data("down", status=503)
+    httpserver.expect_request("/ok").respond_with_data("ok")
+    healthy = WebhookSubscriptionFactory(url=httpserver.url_for("/ok"))
+    six_events()
+    assert deliveries_send_due(limit=100, lease=timedelta(seconds=30)) == 12
+    assert WebhookDelivery.objects.filter(subscription=healthy, state="delivered").count() == 6
+    assert not ReceiverHealth.objects.filter(pk=healthy.pk).exists()  # healthy: no write
