@@ -71,6 +71,11 @@ class Sandbox:
     def reset(self) -> None:
         requests.post(f"{self.url}/_sandbox/reset", timeout=5).raise_for_status()
 
+    def outage(self, seconds: float) -> None:
+        requests.post(
+            f"{self.url}/_sandbox/outage", json={"seconds": seconds}, timeout=5
+        ).raise_for_status()
+
 
 SANDBOX_DEFAULTS = {
     "latency_min": 0.0,

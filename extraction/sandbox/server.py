@@ -6,6 +6,12 @@ responses. It honours Idempotency-Key
 and keeps counters (submissions per key, poll times, polls that came before the Retry-After it
 gave) at `GET /_sandbox/stats`, so tests can prove what a client did. For the demo it is also a
 webhook receiver (`POST`/`GET /_sandbox/webhooks`). State lives in memory.
+
+An outage makes it answer 503 (a JSON error, no Retry-After) to every `/v1/...` request while
+`/_sandbox/...` and `/healthz` keep working: for the first N seconds after start
+(`--outage-seconds`), or from now on for `{"seconds": N}` posted to `POST /_sandbox/outage`
+(0 ends it). The stats then show `down` and `outage_calls` (total and by kind: submit, poll,
+result, cancel); `POST /_sandbox/reset` clears them and ends the outage.
 """
 
 import json
@@ -36,6 +42,9 @@ logger = logging.getLogger(__name__)
 JOB_PATH = re.compile(r"^/v1/extractions/([\w-]+)(/result)?$")
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 EARLY_POLL_TOLERANCE = 0.05  # seconds of clock and scheduling slack
+# Benchmarks open many connections at once, and each SYN an overflowing backlog drops costs the
+# client a 1 s retransmit (Linux caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 1024
 
 
 @dataclass
@@ -124,6 +133,19 @@ class SandboxState:
             self.faults: Counter[str] = Counter()
             self.webhooks: deque[dict[str, Any]] = deque(maxlen=200)
             self.buckets: dict[str, TokenBucket] = {}
+            self.down_until = 0.0  # time.monotonic() at which the outage ends
+            self.outage_calls: Counter[str] = Counter()
+
+    def outage(self, seconds: float) -> float:
+        """Answer every protocol request 503 for `seconds` from now (0 ends an outage at once);
+        the seconds it lasts."""
+        seconds = max(0.0, seconds)
+        with self.lock:
+            self.down_until = time.monotonic() + seconds if seconds else 0.0
+        return seconds
+
+    def down(self) -> bool:
+        return time.monotonic() < self.down_until
 
     def rate_limited(self, kind: str) -> float:
         """0 if a `kind` request ("submit" or "poll") is within its limit, else the seconds to
@@ -156,6 +178,9 @@ class SandboxState:
                 "early_polls": list(self.early_polls),
                 "requests": dict(self.requests),
                 "faults": dict(self.faults),
+                "down": self.down(),
+                "outage_calls": self.outage_calls.total(),
+                "outage_calls_by_kind": dict(self.outage_calls),
             }
 
 
@@ -224,6 +249,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             return self.send_json(200, {"ok": True})
         if self.path == "/_sandbox/config":
             return self.configure()
+        if self.path == "/_sandbox/outage":
+            return self.start_outage()
         if self.path == "/_sandbox/webhooks":
             return self.receive_webhook()
         self.route("POST")
@@ -237,22 +264,38 @@ class SandboxHandler(BaseHTTPRequestHandler):
             return
         with self.state.lock:
             self.state.requests[method] += 1
+        match = JOB_PATH.match(self.path)
+        kind = self.kind(method, match)
+        if self.path.startswith("/v1/") and self.state.down():
+            # Down before anything else, as behind a load balancer with no healthy backend.
+            with self.state.lock:
+                self.state.outage_calls[kind or "other"] += 1
+            return self.send_error_json(503, "unavailable", "The extractor is down (outage).")
         if not self.authorized():
             return self.send_error_json(401, "unauthorized", "Missing or wrong bearer token.")
-        match = JOB_PATH.match(self.path)
         if self.over_rate_limit(method, match):
             return
         if self.injected_fault():
             return
-        if method == "POST" and self.path == "/v1/extractions":
+        if kind == "submit":
             return self.create(body)
-        if match and method == "GET" and match.group(2):
+        if kind == "result":
             return self.result(match.group(1))
-        if match and method == "GET":
+        if kind == "poll":
             return self.poll(match.group(1))
-        if match and method == "DELETE" and not match.group(2):
+        if kind == "cancel":
             return self.cancel(match.group(1))
         self.send_error_json(404, "not_found", f"No route for {method} {self.path}.")
+
+    def kind(self, method: str, match: re.Match | None) -> str | None:
+        """Which protocol request this is: submit, poll, result or cancel (None: no route)."""
+        if method == "POST" and self.path == "/v1/extractions":
+            return "submit"
+        if match and method == "GET":
+            return "result" if match.group(2) else "poll"
+        if match and method == "DELETE" and not match.group(2):
+            return "cancel"
+        return None
 
     def configure(self) -> None:
         """Change fault settings at run time (tests reuse one sandbox process)."""
@@ -263,6 +306,16 @@ class SandboxHandler(BaseHTTPRequestHandler):
             return self.send_error_json(400, "bad_config", str(error))
         self.state.config = config
         self.send_json(200, {"ok": True})
+
+    def start_outage(self) -> None:
+        """Go down for `{"seconds": N}` from now; 0 ends an outage."""
+        try:
+            seconds = json.loads(self.read_body() or b"{}").get("seconds")
+        except (AttributeError, ValueError):
+            seconds = None
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+            return self.send_error_json(400, "bad_outage", 'Give {"seconds": N}, N >= 0.')
+        self.send_json(200, {"down_for": self.state.outage(seconds)})
 
     def receive_webhook(self) -> None:
         """A demo webhook receiver: keeps the last deliveries it got (headers and body)."""
@@ -475,6 +528,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
 class SandboxServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], config: SandboxConfig) -> None:
         super().__init__(address, SandboxHandler)

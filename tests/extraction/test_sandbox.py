@@ -1,9 +1,12 @@
 """The http_async client against the real sandbox extractor process, over real HTTP."""
 
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from extraction.clients.base import ClientConfig, PollResult, RemoteStatus, SubmitRequest
 from extraction.clients.http_async import HttpAsyncClient
@@ -15,6 +18,8 @@ from extraction.errors import (
 )
 from extraction.sandbox import extract as extract_module
 from extraction.sandbox.extract import CorruptDocumentError, DocumentTooLargeError
+from extraction.sandbox.server import SandboxConfig, SandboxServer
+from tests.processes import answers, free_port, start_command, stop, wait_until
 
 SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
 
@@ -268,3 +273,125 @@ def test_sandbox_keeps_the_webhooks_it_receives(sandbox):
     (received,) = requests.get(f"{sandbox.url}/_sandbox/webhooks", timeout=5).json()
     assert {k.lower(): v for k, v in received["headers"].items()} == {"webhook-id": "msg_1"}
     assert received["body"] == '{"type": "job.created"}'
+
+
+def protocol_calls(sandbox, job_id: str) -> dict[str, requests.Response]:
+    """One request of each kind of the extractor protocol, answered however the sandbox likes."""
+    job = f"{sandbox.url}/v1/extractions/{job_id}"
+    return {
+        "submit": requests.post(
+            f"{sandbox.url}/v1/extractions", files={"file": ("a.txt", b"Total: 1\n")}, timeout=5
+        ),
+        "poll": requests.get(job, timeout=5),
+        "result": requests.get(f"{job}/result", timeout=5),
+        "cancel": requests.delete(job, timeout=5),
+    }
+
+
+def test_sandbox_outage_answers_503_without_retry_after_to_every_protocol_route(sandbox):
+    client = make_client(sandbox)
+    submission = client.submit(sample_request("budget.csv"))
+    sandbox.outage(30)
+
+    calls = protocol_calls(sandbox, submission.external_id)
+    with pytest.raises(TransientExtractorError) as caught:
+        client.poll(submission.poll_url)
+
+    for answer in calls.values():
+        assert answer.status_code == 503
+        assert "Retry-After" not in answer.headers
+        assert answer.json()["error"]["code"] == "unavailable"
+    assert (caught.value.http_status, caught.value.retry_after) == (503, None)
+    # The control and inspection routes keep answering.
+    assert requests.get(f"{sandbox.url}/healthz", timeout=5).ok
+    assert requests.get(f"{sandbox.url}/_sandbox/webhooks", timeout=5).ok
+    stats = sandbox.stats()
+    assert stats["down"] is True
+    assert stats["outage_calls"] == 5
+    assert stats["outage_calls_by_kind"] == {"submit": 1, "poll": 2, "result": 1, "cancel": 1}
+    assert stats["jobs"] == 1  # the submission during the outage created nothing
+
+
+def test_sandbox_outage_of_zero_seconds_ends_it_at_once(sandbox):
+    answer = requests.post(f"{sandbox.url}/_sandbox/outage", json={"seconds": 30}, timeout=5)
+    assert answer.json() == {"down_for": 30}
+    assert {call.status_code for call in protocol_calls(sandbox, "none").values()} == {503}
+
+    sandbox.outage(0)
+
+    assert sandbox.stats()["down"] is False
+    client = make_client(sandbox)
+    submission = client.submit(sample_request("budget.csv"))
+    assert poll_until_done(client, submission.poll_url).status is RemoteStatus.SUCCEEDED
+    assert sandbox.stats()["outage_calls"] == 4
+
+
+def test_sandbox_outage_ends_when_its_time_runs_out(sandbox):
+    started = time.monotonic()
+    sandbox.outage(0.5)
+    assert {call.status_code for call in protocol_calls(sandbox, "none").values()} == {503}
+
+    wait_until(lambda: not sandbox.stats()["down"], 5, "the outage to end")
+
+    assert time.monotonic() - started >= 0.45
+    calls = protocol_calls(sandbox, "none")
+    statuses = {kind: answer.status_code for kind, answer in calls.items()}
+    assert statuses == {"submit": 202, "poll": 404, "result": 404, "cancel": 404}
+    by_kind = sandbox.stats()["outage_calls_by_kind"]
+    assert by_kind == {"submit": 1, "poll": 1, "result": 1, "cancel": 1}
+
+
+def test_sandbox_reset_clears_the_outage_counters_and_ends_the_outage(sandbox):
+    sandbox.outage(30)
+    protocol_calls(sandbox, "none")
+    assert sandbox.stats()["outage_calls"] == 4
+
+    sandbox.reset()
+
+    stats = sandbox.stats()
+    assert (stats["down"], stats["outage_calls"], stats["outage_calls_by_kind"]) == (False, 0, {})
+    assert protocol_calls(sandbox, "none")["submit"].status_code == 202
+
+
+@pytest.mark.parametrize("body", [{}, {"seconds": -1}, {"seconds": "5"}, [5]])
+def test_sandbox_outage_refuses_a_bad_duration(sandbox, body):
+    answer = requests.post(f"{sandbox.url}/_sandbox/outage", json=body, timeout=5)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "bad_outage"
+    assert sandbox.stats()["down"] is False
+
+
+def test_sandbox_outage_seconds_flag_starts_the_process_down(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_command(
+        "run_sandbox_extractor",
+        "--port",
+        str(port),
+        "--outage-seconds",
+        "60",
+        log=tmp_path / "sandbox.log",
+    )
+    try:
+        wait_until(lambda: answers(f"{url}/healthz"), 20, "the sandbox extractor")
+        submitted = requests.post(f"{url}/v1/extractions", json={}, timeout=5)
+        stats = requests.get(f"{url}/_sandbox/stats", timeout=5).json()
+        assert submitted.status_code == 503 and "Retry-After" not in submitted.headers
+        assert (stats["down"], stats["outage_calls_by_kind"]) == (True, {"submit": 1})
+    finally:
+        stop(process)
+
+
+def test_sandbox_listen_backlog_fits_many_connections_at_once(sandbox):
+    server = SandboxServer(("127.0.0.1", 0), SandboxConfig())
+    server.server_close()
+    assert server.request_queue_size >= 128
+    if shutil.which("ss") is None:
+        return
+    # The running process's listening socket: `ss` shows its backlog as Send-Q.
+    port = sandbox.url.rsplit(":", 1)[1]
+    listening = subprocess.run(
+        ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    assert int(listening[2]) >= min(128, somaxconn)

@@ -12,7 +12,9 @@ def env_float(name: str, default: float) -> float:
 class Command(BaseCommand):
     help = (
         "Run the bundled sandbox extractor (http_async protocol) with optional fault injection. "
-        "Every flag also reads a SANDBOX_* environment variable."
+        "Every flag also reads a SANDBOX_* environment variable. Control routes: "
+        'POST /_sandbox/config, /_sandbox/outage ({"seconds": N}) and /_sandbox/reset; '
+        "GET /_sandbox/stats."
     )
 
     def add_arguments(self, parser):
@@ -56,6 +58,13 @@ class Command(BaseCommand):
                 help=f"{kind.capitalize()} requests a second beyond which the answer is 429 with "
                 "Retry-After (a token bucket of one second's worth); 0 for no limit.",
             )
+        parser.add_argument(
+            "--outage-seconds",
+            type=float,
+            default=env_float("SANDBOX_OUTAGE_SECONDS", 0),
+            help="Seconds after start during which every /v1/ request is answered 503 (no "
+            "Retry-After); POST /_sandbox/outage starts or ends one at run time.",
+        )
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args, **options):
@@ -74,6 +83,8 @@ class Command(BaseCommand):
         for name in rates:
             if not 0 <= options[name] <= 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 1")
+        if not options["outage_seconds"] >= 0:
+            raise CommandError("--outage-seconds must be 0 or more")
         config = SandboxConfig(
             latency_min=min(latency),
             latency_max=max(latency),
@@ -87,6 +98,7 @@ class Command(BaseCommand):
             **{name: options[name] for name in rates},
         )
         server = SandboxServer((options["host"], options["port"]), config)
+        server.state.outage(options["outage_seconds"])
         host, port = server.server_address[:2]
         self.stdout.write(f"Sandbox extractor listening on http://{host}:{port}", ending="\n")
         self.stdout.flush()
