@@ -301,6 +301,11 @@ SPECTACULAR_SETTINGS = {
 WEBHOOK_SIGNING_KEY = os.environ.get("WEBHOOK_SIGNING_KEY", "")  # empty: use SECRET_KEY
 WEBHOOK_CONNECT_TIMEOUT = float(os.environ.get("WEBHOOK_CONNECT_TIMEOUT", "5"))
 WEBHOOK_READ_TIMEOUT = float(os.environ.get("WEBHOOK_READ_TIMEOUT", "10"))
+# The delivery lane (jobtracking.delivery_lane): deliveries claimed a round, POSTs at once, and
+# how long it sleeps when none is due.
+WEBHOOK_LANE_BATCH_SIZE = int(os.environ.get("WEBHOOK_LANE_BATCH_SIZE", "100"))
+WEBHOOK_CONCURRENCY = int(os.environ.get("WEBHOOK_CONCURRENCY", "16"))
+WEBHOOK_LANE_IDLE_SECONDS = float(os.environ.get("WEBHOOK_LANE_IDLE_SECONDS", "0.2"))
 
 
 # Retention: terminal jobs (with their history, results and events) are purged this many days

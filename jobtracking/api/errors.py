@@ -2,18 +2,20 @@
 stable machine `code` and, for validation, field-level `errors`."""
 
 import logging
+import sys
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 
 from jobtracking.api.problems import problem_type
 from jobtracking.api.renderers import FastJSONRenderer
+from jobtracking.dbfaults import database_unreachable
 from jobtracking.errors import ApplicationError, JobValidationError
 
 logger = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ TITLES = {
     422: "Unprocessable request",
     429: "Too many requests",
     500: "Internal server error",
+    503: "Service unavailable",
 }
 
 
@@ -90,6 +93,12 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
 
 
 def _problem_for(exc: Exception) -> Response | None:
+    if database_unreachable(exc):
+        seconds, detail = _database_unavailable(exc)
+        headers = {"Retry-After": str(seconds)}
+        response = problem(503, "database_unavailable", detail, headers=headers)
+        response._has_been_logged = True  # our warning line stands for Django's error line
+        return response
     if isinstance(exc, JobValidationError):
         return problem(400, exc.code, exc.message, errors=field_errors(exc.fields))
     if isinstance(exc, ApplicationError):
@@ -131,7 +140,33 @@ def json_error_view(status_code: int, code: str, detail: str):
     return view
 
 
+def _database_unavailable(exc: BaseException) -> tuple[int, str]:
+    # An outage is news for operators, not a bug: one warning line a request, no traceback.
+    logger.warning("Database unavailable: %s", exc)
+    seconds = settings.DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS
+    return seconds, f"The database cannot be reached; retry after {seconds} seconds."
+
+
+def database_unavailable_response(request, exc: BaseException) -> HttpResponse:
+    """The 503 for an unreachable database met outside a DRF view: in middleware (sessions,
+    authentication, django-axes) or a Django view such as the admin's. Problem details under
+    `/api/`, a line of text elsewhere."""
+    seconds, detail = _database_unavailable(exc)
+    if request.path.startswith("/api/"):
+        response = problem_response(503, "database_unavailable", detail)
+    else:
+        response = HttpResponse(
+            f"Service unavailable. {detail}\n", status=503, content_type="text/plain; charset=utf-8"
+        )
+    response["Retry-After"] = str(seconds)
+    response._has_been_logged = True
+    return response
+
+
 def server_error(request, *args, **kwargs):
+    # Django calls this handler500 inside its `except` block: the exception is still current.
+    if database_unreachable(exc := sys.exception()):
+        return database_unavailable_response(request, exc)
     logger.error("Unhandled error on %s %s", request.method, request.path)
     return json_error_view(
         status.HTTP_500_INTERNAL_SERVER_ERROR, "server_error", "Something went wrong on our side."

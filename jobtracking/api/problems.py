@@ -66,6 +66,12 @@ PROBLEMS = {
     ),
     "throttled": (429, "Too many requests; wait for `Retry-After` seconds."),
     "server_error": (500, "Something went wrong on our side; it has been logged. Retry later."),
+    "database_unavailable": (
+        503,
+        "The database cannot be reached for a moment (a restart, a failover). Send the request "
+        "again after `Retry-After` seconds (a create with the same Idempotency-Key, which "
+        "returns the job if the first attempt made it).",
+    ),
 }
 
 TYPE_PREFIX = "/api/problems/"

@@ -18,6 +18,7 @@ ERROR_STATUSES = {
     "415": "Unsupported media type",
     "422": "Idempotency-Key reused with a different request",
     "429": "Throttled (see Retry-After)",
+    "503": "The database cannot be reached for a moment (see Retry-After)",
 }
 
 
