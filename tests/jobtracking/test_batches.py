@@ -13,7 +13,6 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from extraction.models import Adapter
 from jobtracking.dispatcher import Dispatcher, claim_due_jobs
 from jobtracking.errors import JobMovedOnError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, RateSlot
@@ -25,21 +24,11 @@ from tests.factories import ExtractionJobFactory, ExtractorFactory
 
 pytestmark = pytest.mark.django_db
 
-FAST = {
-    "poll_initial_interval": timedelta(milliseconds=50),
-    "poll_max_interval": timedelta(milliseconds=200),
-}
-
 
 @pytest.fixture(autouse=True)
 def _loopback_sources(settings):
     # These jobs' source URLs are the sandbox's own, on loopback.
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
-
-
-@pytest.fixture
-def sandbox_extractor(sandbox):
-    return ExtractorFactory(slug="sandbox", adapter=Adapter.SANDBOX, base_url=sandbox.url, **FAST)
 
 
 def url_jobs(extractor, count: int, sandbox) -> list[ExtractionJob]:

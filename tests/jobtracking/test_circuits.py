@@ -11,7 +11,7 @@ from jobtracking import states
 from jobtracking.models import CircuitState, ExtractionJob, ExtractorHealth, JobStatusChange
 from jobtracking.services.extractor_health import extractor_pause, extractor_resume
 from jobtracking.tasks import process_jobs
-from tests.jobtracking.test_tasks import new_job, run_to_end, sandbox_extractor  # noqa: F401
+from tests.jobtracking.test_tasks import new_job, run_to_end
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +36,7 @@ def reload(jobs) -> list[ExtractionJob]:
 
 
 @pytest.fixture
-def failing_batch(sandbox, sandbox_extractor, settings):  # noqa: F811
+def failing_batch(sandbox, sandbox_extractor, settings):
     """Six jobs whose submissions all fail at once: the circuit opens on that batch."""
     settings.CIRCUIT_FAILURES = 5
     jobs = [new_job(sandbox_extractor, file_id=f"f{n}") for n in range(6)]
@@ -47,7 +47,7 @@ def failing_batch(sandbox, sandbox_extractor, settings):  # noqa: F811
 
 def test_failures_across_jobs_open_the_circuit_and_spend_no_attempt(
     failing_batch,
-    sandbox_extractor,  # noqa: F811
+    sandbox_extractor,
 ):
     health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
     assert (health.state, health.failures) == (CircuitState.OPEN, 6)
@@ -62,7 +62,7 @@ def test_failures_across_jobs_open_the_circuit_and_spend_no_attempt(
 def test_an_open_circuit_sends_one_probe_and_holds_the_rest(
     failing_batch,
     sandbox,
-    sandbox_extractor,  # noqa: F811
+    sandbox_extractor,
 ):
     sandbox.reset()
     make_due(failing_batch)
@@ -82,7 +82,7 @@ def test_an_open_circuit_sends_one_probe_and_holds_the_rest(
 def test_a_successful_probe_closes_the_circuit_and_releases_held_jobs(
     failing_batch,
     sandbox,
-    sandbox_extractor,  # noqa: F811
+    sandbox_extractor,
 ):
     sandbox.configure(transient_rate=0.0)
     make_due(failing_batch)
@@ -98,7 +98,7 @@ def test_a_successful_probe_closes_the_circuit_and_releases_held_jobs(
         assert (done.status_id, done.attempt, done.submit_attempts) == (states.SUCCEEDED, 1, 1)
 
 
-def test_polls_during_an_outage_spend_no_poll_errors(sandbox, sandbox_extractor, settings):  # noqa: F811
+def test_polls_during_an_outage_spend_no_poll_errors(sandbox, sandbox_extractor, settings):
     settings.CIRCUIT_FAILURES = 3
     sandbox.configure(latency_min=30, latency_max=30)
     jobs = [new_job(sandbox_extractor, file_id=f"p{n}") for n in range(4)]
@@ -120,7 +120,7 @@ def test_polls_during_an_outage_spend_no_poll_errors(sandbox, sandbox_extractor,
 def test_one_job_failing_alone_spends_its_budget_and_opens_no_circuit(
     sandbox,
     sandbox_extractor,
-    settings,  # noqa: F811
+    settings,
 ):
     settings.CIRCUIT_FAILURES = 2
     sandbox_extractor.max_submit_attempts = 4
@@ -135,7 +135,7 @@ def test_one_job_failing_alone_spends_its_budget_and_opens_no_circuit(
     assert ExtractorHealth.objects.get(pk=sandbox_extractor.pk).state == CircuitState.CLOSED
 
 
-def test_a_job_behind_an_open_circuit_still_times_out(failing_batch, sandbox_extractor):  # noqa: F811
+def test_a_job_behind_an_open_circuit_still_times_out(failing_batch, sandbox_extractor):
     late = failing_batch[0]
     ExtractionJob.objects.filter(pk=late.pk).update(
         deadline_at=timezone.now() - timedelta(seconds=1)
@@ -146,7 +146,7 @@ def test_a_job_behind_an_open_circuit_still_times_out(failing_batch, sandbox_ext
     assert (late.status_id, late.error_code) == (states.TIMED_OUT, "deadline_exceeded")
 
 
-def test_pause_holds_every_call_and_resume_releases_the_jobs(sandbox, sandbox_extractor):  # noqa: F811
+def test_pause_holds_every_call_and_resume_releases_the_jobs(sandbox, sandbox_extractor):
     extractor_pause(extractor=sandbox_extractor, reason="key rotation")
     jobs = [new_job(sandbox_extractor, file_id=f"k{n}") for n in range(3)]
     run_batch(jobs)

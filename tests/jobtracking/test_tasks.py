@@ -9,27 +9,17 @@ import pytest
 from django.core.files.base import ContentFile
 from django.utils import timezone
 
-from extraction.models import Adapter
 from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.models import ExtractionJob, ExtractionResult, JobEvent, JobStatusChange
 from jobtracking.services import Actor, job_cancel, job_create
 from jobtracking.services.engine import jobs_start
 from jobtracking.tasks import _submit_request, process_job, reap_stuck_jobs
-from tests.factories import ExtractionJobFactory, ExtractorFactory
+from tests.factories import ExtractionJobFactory
 
 pytestmark = pytest.mark.django_db
 
 SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
-FAST = {
-    "poll_initial_interval": timedelta(milliseconds=50),
-    "poll_max_interval": timedelta(milliseconds=200),
-}
-
-
-@pytest.fixture
-def sandbox_extractor(sandbox):
-    return ExtractorFactory(slug="sandbox", adapter=Adapter.SANDBOX, base_url=sandbox.url, **FAST)
 
 
 def new_job(extractor, name="budget.csv", **kwargs) -> ExtractionJob:
