@@ -313,6 +313,7 @@ def _polled(
                 code=ErrorCode.EXTRACTION_FAILED,
                 message=remote or f"The extractor reported {result.raw_status}",
                 details={"external_status": result.raw_status, "remote_code": result.error_code},
+                remote=(result.raw_status, result.progress or 0),
             )
             return move, None
         to_status = None

@@ -361,8 +361,10 @@ def fail_move(
     message: str,
     details: dict[str, Any] | None = None,
     lease_token: int | None = None,
+    remote: tuple[str, int] | None = None,
 ) -> Move:
-    """→ failed with an error code from the fixed vocabulary."""
+    """→ failed with an error code from the fixed vocabulary; `remote`: the extractor's final
+    word, when it reported the failure."""
 
     def prepare(job: ExtractionJob) -> None:
         if lease_token is not None:
@@ -377,6 +379,7 @@ def fail_move(
         reason=message[:500],
         details={"error_code": code, **(details or {})},
         prepare=prepare,
+        remote=remote,
     )
 
 
@@ -475,6 +478,7 @@ def poll_move(
         reason=reason,
         details=details,
         prepare=lambda job: _record_poll(job, raw_status, progress, next_poll_in),
+        remote=(raw_status, progress or 0) if to_status == states.CANCELLED else None,
     )
 
 
@@ -526,6 +530,7 @@ def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: R
         expected_from={seen_status},
         details={"external_status": raw_status, "result_bytes": len(result.body)},
         prepare=prepare,
+        remote=(raw_status, 100),
     )
 
 

@@ -94,6 +94,8 @@ class Move:
 
     `prepare` mutates the locked job; it raises an `ApplicationError` to refuse the move, and
     must do so before it changes anything. `on_commit` runs once the transaction has committed.
+    `remote` is the extractor's final word (its status word, progress) when the move ends the
+    job on an answer from it; a job that ends without one says so (no status word, progress 0).
     """
 
     job_id: UUID
@@ -105,6 +107,7 @@ class Move:
     prepare: Callable[[ExtractionJob], None] | None = None
     on_commit: Callable[[], None] | None = None
     audited: bool = False
+    remote: tuple[str, int] | None = None
 
 
 @dataclass
@@ -171,7 +174,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
             if move.audited:
                 changes.append(_audit_row(job, from_status, actor, move, now))
             continue
-        _stamp(job, move.to_status, now)
+        _stamp(job, move, now)
         reactivated = reactivated or from_status in states.TERMINAL
         changes.append(_audit_row(job, from_status, actor, move, now))
         if states.event_type(from_status, move.to_status):
@@ -204,12 +207,15 @@ def _check(job: ExtractionJob, move: Move) -> None:
         raise error(message, current_status=current)
 
 
-def _stamp(job: ExtractionJob, to_status: str, now) -> None:
-    """Set the status and the timestamps and fields that go with it."""
-    job.status_id = to_status
+def _stamp(job: ExtractionJob, move: Move, now) -> None:
+    """Set the status and the timestamps and fields that go with it. A job that ends keeps no
+    word of the extractor's but its final one: never "running" on a failed job."""
+    to_status = job.status_id = move.to_status
     if to_status in states.TERMINAL:
         job.due_at = job.claimed_at = job.lease_expires_at = None
         job.completed_at = now
+        status_word, progress = move.remote or ("", 0)
+        job.external_status, job.progress = status_word[:50], max(0, min(100, progress))
     elif to_status == states.SUBMITTED:
         job.submitted_at = job.submitted_at or now
     elif to_status == states.PROCESSING:
