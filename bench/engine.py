@@ -7,13 +7,17 @@ Per run it prints wall time and jobs/s; per job, SQL statements (pg_stat_stateme
 creating process) and extractor calls (sandbox counters). A scaling table repeats the run with
 2, 4 and 8 workers and with two clusters plus two dispatchers. The floor is measured in the same
 run: no-op django-q2 tasks through the same cluster settings. A last run sets rate limits on the
-extractor at the sandbox's own limits and counts 429 answers.
+extractor at the sandbox's own limits and counts 429 answers. Then the webhook rows
+(`bench.webhooks`): runs with a healthy and with a hanging webhook receiver, against runs with no
+subscription in the same sitting.
 
     BENCH_E2E_JOBS (10,000)   jobs in the main run (2 workers)
     BENCH_SCALE_JOBS (5,000)  jobs in each scaling run
     BENCH_FLOOR_TASKS (2,000) no-op tasks for the floor
     BENCH_CREATE (bulk)       how jobs are created: bulk (500 a call) or single
     BENCH_LOG_LEVEL, BENCH_LOG_DIR  the processes' log level (WARNING) and a folder for their logs
+    BENCH_WEBHOOK_JOBS (2,000)  jobs in each webhook run; 0 leaves the webhook rows out (their
+                                other knobs: see `bench.webhooks`)
 """
 
 import os
@@ -369,6 +373,10 @@ def main() -> None:
             f"| {run['label']} | {run['jobs']:,} | {run['rate']:.1f} | {run['statements']:.1f} "
             f"| {run['commits']:.2f} | {run['rate'] / floor_rate:.2f}x |"
         )
+    if int(os.environ.get("BENCH_WEBHOOK_JOBS", 2_000)):
+        from bench.webhooks import webhook_rows
+
+        webhook_rows(monitor, files)
     connection.close()
     file_server.terminate()
 

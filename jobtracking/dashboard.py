@@ -1,28 +1,47 @@
 """The admin dashboard: jobs by status, throughput over time, failures, in-flight work, and
-whether the workers and the dispatcher are alive. The page refreshes its body in place: it
-fetches itself with `?partial=1` every few seconds. Every query is bounded by an index (status,
-completed_at, the active-jobs partial index) or a small table (heartbeats, the broker queue)."""
+whether the workers and the dispatcher are alive, what waits in the broker and the webhook
+delivery lane, and which circuits hold work. The page refreshes its body in place: it fetches
+itself with `?partial=1` every few seconds. Every query is bounded by an index (status,
+completed_at, the active-jobs and due-deliveries partial indexes) or a small table (heartbeats,
+circuits, the broker queue, of which at most `BROKER_TASKS_READ` rows are decoded)."""
 
 from datetime import timedelta
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
+from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncHour
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django_q.brokers import get_broker
+from django_q.conf import Conf
+from django_q.models import OrmQ
+from django_q.utils import get_func_repr
 
 from jobtracking import states
+from jobtracking.admin.circuits import circuit_error, circuit_state
 from jobtracking.admin.common import ago, moment, span
 from jobtracking.admin.paging import EstimatedCountPaginator
-from jobtracking.models import ExtractionJob, Priority, ServiceHeartbeat
+from jobtracking.models import (
+    CircuitState,
+    DeliveryState,
+    ExtractionJob,
+    ExtractorHealth,
+    Priority,
+    ReceiverHealth,
+    ServiceHeartbeat,
+    WebhookDelivery,
+)
 from jobtracking.selectors import LIVENESS_WINDOWS, VIEW_ALL, queue_by_priority
 
 CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH = 720, 160, 40
 REFRESH_SECONDS = 5
 LIVENESS_HISTORY = timedelta(days=1)
+# Broker tasks by what they run: job batches, other job work, and housekeeping (schedules).
+JOB_BATCH_TASKS = {"jobtracking.tasks.process_jobs", "jobtracking.tasks.process_job"}
+OTHER_JOB_TASKS = {"jobtracking.tasks.cancel_at_extractor"}
+# Each waiting task is unsigned and unpickled to learn its kind: the first ones tell enough.
+BROKER_TASKS_READ = 1000
 
 
 def _status_counts() -> list[dict]:
@@ -119,12 +138,68 @@ def _lag(seconds: float | None) -> str:
     return span(timedelta(seconds=seconds)) if seconds is not None else "none"
 
 
-def _queue(queue_rows: dict) -> dict:
+def _broker_tasks(now) -> dict:
+    """Tasks waiting in the broker (not taken by a cluster), by kind. Only the first
+    `BROKER_TASKS_READ` are decoded; `read` says how many were."""
+    waiting = OrmQ.objects.filter(key=Conf.CLUSTER_NAME, lock__lte=now)
+    kinds = {"batches": 0, "job_tasks": 0, "housekeeping": 0}
+    read = 0
+    for task in waiting.order_by("id")[:BROKER_TASKS_READ]:
+        func = get_func_repr(task.task.get("func"))
+        if func in JOB_BATCH_TASKS:
+            kinds["batches"] += 1
+        elif func in OTHER_JOB_TASKS:
+            kinds["job_tasks"] += 1
+        else:
+            kinds["housekeeping"] += 1
+        read += 1
+    total = waiting.count() if read == BROKER_TASKS_READ else read
+    return {"total": total, "read": read, "partial": total > read, **kinds}
+
+
+def _delivery_lane(now) -> dict:
+    """The webhook delivery lane's backlog: pending deliveries due now, and how long the oldest
+    pending one has waited since it was created (one pass over the pending rows)."""
+    backlog = WebhookDelivery.objects.filter(state=DeliveryState.PENDING).aggregate(
+        due=Count("pk", filter=Q(next_attempt_at__lte=now)), oldest=Min("created_at")
+    )
+    oldest = backlog["oldest"]
+    return {
+        "due": backlog["due"],
+        "oldest": _lag((now - oldest).total_seconds() if oldest else None),
+    }
+
+
+def _circuits(now) -> list[dict]:
+    """Circuits that hold work (open or paused); a closed one is the norm, not news."""
+    holding = ~Q(state=CircuitState.CLOSED)
+    extractors = ExtractorHealth.objects.filter(holding).select_related("extractor")
+    receivers = ReceiverHealth.objects.filter(holding).select_related("subscription")
+    named = [("extractor", h.extractor.slug, h) for h in extractors.order_by("extractor__slug")]
+    named += [
+        ("receiver", f"{h.subscription_id}: {h.subscription.url}", h)
+        for h in receivers.order_by("subscription_id")
+    ]
+    return [
+        {
+            "kind": kind,
+            "name": name,
+            "state": circuit_state(health, now),
+            "probe": moment(health.probe_at) if health.state == CircuitState.OPEN else "—",
+            "error": circuit_error(health, now),
+        }
+        for kind, name, health in named
+    ]
+
+
+def _queue(queue_rows: dict, now) -> dict:
     """Tasks waiting in the broker, and the due jobs the dispatcher has not handed out yet: the
     oldest one's wait is the dispatcher's lag."""
     lags = [row["oldest_due_seconds"] for row in queue_rows.values()]
+    broker = _broker_tasks(now)
     return {
-        "broker_tasks": get_broker().queue_size(),
+        "broker_tasks": broker["total"],
+        "broker": broker,
         "due": sum(row["due"] for row in queue_rows.values()),
         "lag": _lag(max((value for value in lags if value is not None), default=None)),
     }
@@ -182,7 +257,9 @@ def dashboard_view(request):
             }
             for code, row in queue_rows.items()
         },
-        "queue": _queue(queue_rows),
+        "queue": _queue(queue_rows, now),
+        "deliveries": _delivery_lane(now),
+        "circuits": _circuits(now),
         "liveness": liveness,
         "missing": missing,
         "refresh_seconds": REFRESH_SECONDS,

@@ -12,9 +12,12 @@ from prometheus_client.core import GaugeMetricFamily
 from extraction.metrics import EXTRACTOR_CALL_ERRORS, EXTRACTOR_CALL_SECONDS
 from jobtracking import states
 from jobtracking.models import (
+    CircuitState,
     DeliveryState,
     ExtractionJob,
+    ExtractorHealth,
     JobStatusChange,
+    ReceiverHealth,
     ServiceHeartbeat,
     WebhookDelivery,
 )
@@ -60,6 +63,32 @@ class DatabaseCollector:
         for state in (DeliveryState.PENDING, DeliveryState.DEAD):
             backlog.add_metric([state], by_state.get(state, 0))
         yield backlog
+
+        oldest_pending = (
+            WebhookDelivery.objects.filter(state=DeliveryState.PENDING)
+            .order_by("created_at")
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        yield GaugeMetricFamily(
+            "jobtracking_webhook_oldest_pending_seconds",
+            "Age of the oldest pending webhook delivery (0 when none is pending).",
+            value=(now - oldest_pending).total_seconds() if oldest_pending else 0.0,
+        )
+
+        circuits = GaugeMetricFamily(
+            "jobtracking_circuit_open",
+            "1 for each dependency whose circuit holds its work (open: failing, probes only; "
+            "paused: by staff). Closed circuits are absent.",
+            labels=["kind", "name", "state"],
+        )
+        extractors = ExtractorHealth.objects.exclude(state=CircuitState.CLOSED)
+        for slug, state in extractors.values_list("extractor__slug", "state"):
+            circuits.add_metric(["extractor", slug, state], 1)
+        receivers = ReceiverHealth.objects.exclude(state=CircuitState.CLOSED)
+        for subscription_id, state in receivers.values_list("subscription_id", "state"):
+            circuits.add_metric(["receiver", str(subscription_id), state], 1)
+        yield circuits
 
         ages = GaugeMetricFamily(
             "jobtracking_heartbeat_age_seconds",

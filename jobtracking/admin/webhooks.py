@@ -12,9 +12,14 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from jobtracking import states
+from jobtracking.admin.circuits import circuit_error_cell, circuit_state
 from jobtracking.admin.common import ReadOnlyAdmin, moment, record
 from jobtracking.admin.paging import EstimatedCountPaginator
-from jobtracking.models import DeliveryState, WebhookDelivery, WebhookSubscription
+from jobtracking.models import (
+    DeliveryState,
+    WebhookDelivery,
+    WebhookSubscription,
+)
 from jobtracking.webhooks import (
     delivery_body,
     delivery_headers,
@@ -40,10 +45,35 @@ class SubscriptionForm(forms.ModelForm):
 @admin.register(WebhookSubscription)
 class WebhookSubscriptionAdmin(admin.ModelAdmin):
     form = SubscriptionForm
-    list_display = ["url", "description", "event_types", "active", "secret_version", "created_at"]
+    list_display = [
+        "url",
+        "description",
+        "event_types",
+        "active",
+        "receiver_circuit",
+        "receiver_error",
+        "secret_version",
+        "created_at",
+    ]
+    list_select_related = ["health"]
     search_fields = ["url", "description"]
-    readonly_fields = ["secret_version", "created_by", "created_at", "updated_at"]
+    readonly_fields = [
+        "receiver_circuit",
+        "receiver_error",
+        "secret_version",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
     actions = ["rotate_secret", "send_test"]
+
+    @admin.display(description="receiver")
+    def receiver_circuit(self, subscription: WebhookSubscription) -> str:
+        return circuit_state(getattr(subscription, "health", None))
+
+    @admin.display(description="receiver's last error")
+    def receiver_error(self, subscription: WebhookSubscription):
+        return circuit_error_cell(getattr(subscription, "health", None))
 
     def save_model(self, request, obj, form, change):
         if not change:

@@ -213,6 +213,7 @@ healthz_docs = extend_schema(
 readyz_docs = extend_schema(
     summary="Readiness",
     description="The database answers and a worker cluster and a dispatcher have beaten "
-    "recently; 503 otherwise, with the failing checks.",
+    "recently; 503 otherwise, with the failing checks. `degraded: true` (still ready) names "
+    "the extractors whose circuit is open or paused under `checks.extractors`.",
     tags=["health"],
 )

@@ -14,8 +14,10 @@ from rest_framework.utils import json as strict_json
 
 from extraction.models import Extractor
 from jobtracking.models import (
+    CircuitState,
     ExtractionJob,
     ExtractionResult,
+    ExtractorHealth,
     JobEvent,
     JobStatus,
     JobStatusChange,
@@ -281,7 +283,28 @@ class JobEventSerializer(serializers.ModelSerializer):
         fields = ["id", "event_id", "type", "job", "created_at", "payload"]
 
 
+class ExtractorHealthSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(
+        choices=CircuitState.choices,
+        help_text="closed: calls go out. open: it failed as a whole; jobs wait and only probes "
+        "go out. paused: staff stopped calls; jobs wait.",
+    )
+    since = serializers.DateTimeField(
+        allow_null=True, help_text="When the state began (null: it has never failed)."
+    )
+    last_error = serializers.CharField(
+        help_text="The last failed call's error (kept after the circuit closes); empty if none."
+    )
+    next_probe_at = serializers.DateTimeField(
+        allow_null=True, help_text="Open: when the next probe goes out. Null otherwise."
+    )
+    paused_reason = serializers.CharField(help_text="Paused: why staff paused it.")
+
+
 class ExtractorSerializer(serializers.ModelSerializer):
+    health = serializers.SerializerMethodField(
+        help_text="Its circuit: whether calls go out now, shared by every worker."
+    )
     submit_rate_limit = serializers.SerializerMethodField(
         help_text="Submissions a second across every worker (0: no limit)."
     )
@@ -301,7 +324,23 @@ class ExtractorSerializer(serializers.ModelSerializer):
             "max_in_flight",
             "submit_rate_limit",
             "poll_rate_limit",
+            "health",
         ]
+
+    @extend_schema_field(ExtractorHealthSerializer)
+    def get_health(self, extractor: Extractor) -> dict[str, Any]:
+        health = getattr(extractor, "health", None)
+        if health is None:  # no row: it never failed (rows are created lazily)
+            health = ExtractorHealth(state=CircuitState.CLOSED, since=None)
+        return ExtractorHealthSerializer(
+            {
+                "state": health.state,
+                "since": health.since,
+                "last_error": health.last_error,
+                "next_probe_at": health.probe_at if health.state == CircuitState.OPEN else None,
+                "paused_reason": health.reason,
+            }
+        ).data
 
     def get_submit_rate_limit(self, extractor: Extractor) -> float:
         return extractor.rate_limit("submit")

@@ -53,7 +53,14 @@ from jobtracking.api.serializers import (
 from jobtracking.errors import JobValidationError
 from jobtracking.filetypes import HEAD_BYTES, content_matches
 from jobtracking.metrics import render as render_metrics
-from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatus
+from jobtracking.models import (
+    ActorType,
+    CircuitState,
+    ExtractionJob,
+    ExtractorHealth,
+    JobEvent,
+    JobStatus,
+)
 from jobtracking.selectors import (
     LIVENESS_WINDOWS,
     event_list,
@@ -309,7 +316,7 @@ def too_large() -> Response:
 class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
     """Configured extractors (reference data; keys are never shown)."""
 
-    queryset = Extractor.objects.order_by("slug")
+    queryset = Extractor.objects.select_related("health").order_by("slug")
     serializer_class = ExtractorSerializer
     permission_classes = [ActionPermission]
     action_permissions = {
@@ -388,7 +395,9 @@ class HealthzView(APIView):
 
 
 class ReadyzView(APIView):
-    """Readiness: the database answers, a worker cluster and a dispatcher have beaten recently."""
+    """Readiness: the database answers, a worker cluster and a dispatcher have beaten recently.
+    Extractors whose circuit is open or paused make it `degraded`, never unready: restarting
+    this service would not bring an extractor back, and its jobs only wait."""
 
     throttle_classes = []
 
@@ -409,7 +418,19 @@ class ReadyzView(APIView):
                 names = [beat.name for beat in alive] if request.user.is_staff else len(alive)
                 checks[kind] = {"ok": bool(alive), "alive": names}
         failing = [name for name, check in checks.items() if not check["ok"]]
-        body = {"ready": not failing, "checks": checks}
+        degraded = False
+        if checks["database"]["ok"]:
+            holding = (
+                ExtractorHealth.objects.exclude(state=CircuitState.CLOSED)
+                .select_related("extractor")
+                .order_by("extractor__slug")
+            )
+            circuits = [
+                {"slug": h.extractor.slug, "state": h.state, "since": h.since} for h in holding
+            ]
+            degraded = bool(circuits)
+            checks["extractors"] = {"ok": not degraded, "informational": True, "circuits": circuits}
+        body = {"ready": not failing, "degraded": degraded, "checks": checks}
         response = Response(body, status=503 if failing else 200)
         if failing:
             # A 503 to a probe is news, not a fault of ours: a warning, not Django's error line.

@@ -1,13 +1,26 @@
 """The live dashboard: counts that link, a chart with values, liveness with ages, queue depth
-and lag, and the partial body the page fetches to refresh itself."""
+and lag, the broker's tasks by kind, the webhook lane's backlog, circuits that hold work, and the
+partial body the page fetches to refresh itself."""
 
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django_q.conf import Conf
+from django_q.models import OrmQ
+from django_q.tasks import async_task
 
-from jobtracking.models import ServiceHeartbeat
-from tests.factories import ExtractionJobFactory
+from jobtracking import dashboard
+from jobtracking.models import CircuitState, ExtractorHealth, ReceiverHealth, ServiceHeartbeat
+from jobtracking.queue import enqueue_batch, enqueue_cancel_at_extractor
+from jobtracking.services.circuits import circuit_pause
+from tests.factories import (
+    ExtractionJobFactory,
+    ExtractorFactory,
+    WebhookDeliveryFactory,
+    WebhookSubscriptionFactory,
+)
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "/admin/dashboard/"
@@ -55,6 +68,80 @@ def test_queue_depth_and_dispatcher_lag(root_client):
     depth = html[html.index('id="queue-depth"') :]
     assert "due jobs not yet dispatched: <strong>1</strong>" in depth
     assert "dispatcher lag (oldest due job's wait): <strong>1 min 3" in depth
+
+
+def test_broker_tasks_waiting_by_kind(root_client, monkeypatch):
+    monkeypatch.setattr(Conf, "SYNC", False)  # into the real queue, not run inline
+    for _ in range(3):
+        enqueue_batch([uuid.uuid4()])
+    enqueue_cancel_at_extractor(uuid.uuid4())
+    async_task("jobtracking.tasks.reap_stuck_jobs")
+    async_task("jobtracking.tasks.purge_expired_jobs")
+    # Taken by a cluster: not waiting any more.
+    taken = OrmQ.objects.order_by("id").first()
+    OrmQ.objects.filter(pk=taken.pk).update(lock=timezone.now() + timedelta(minutes=1))
+    html = root_client.get(DASHBOARD).content.decode()
+    assert "Broker: <strong>5</strong> task(s) waiting" in html
+    kinds = html[html.index('id="broker-kinds"') :]
+    assert kinds.startswith('id="broker-kinds">Waiting in the broker:')
+    assert "job batches <strong>2</strong>" in kinds
+    assert "other job tasks <strong>1</strong>" in kinds
+    assert "housekeeping <strong>2</strong>" in kinds
+
+
+def test_broker_tasks_by_kind_decodes_only_the_first_rows(root_client, monkeypatch):
+    monkeypatch.setattr(Conf, "SYNC", False)
+    monkeypatch.setattr(dashboard, "BROKER_TASKS_READ", 2)
+    for _ in range(3):
+        enqueue_batch([uuid.uuid4()])
+    async_task("jobtracking.tasks.reap_stuck_jobs")
+    html = root_client.get(DASHBOARD).content.decode()
+    assert "Broker: <strong>4</strong> task(s) waiting" in html
+    assert "Waiting in the broker (the first 2 read): job batches <strong>2</strong>" in html
+
+
+def test_webhook_lane_backlog_counts_due_deliveries_and_the_oldest_age(root_client):
+    now = timezone.now()
+    WebhookDeliveryFactory(created_at=now - timedelta(seconds=95))
+    WebhookDeliveryFactory(created_at=now - timedelta(seconds=10))
+    WebhookDeliveryFactory(next_attempt_at=now + timedelta(minutes=5))  # retrying later
+    WebhookDeliveryFactory(created_at=now - timedelta(hours=2), state="delivered")
+    html = root_client.get(DASHBOARD).content.decode()
+    lane = html[html.index('id="delivery-lane"') :]
+    assert "<strong>2</strong> pending delivery(ies) due now" in lane
+    assert "oldest pending delivery's age: <strong>1 min 3" in lane
+
+
+def test_circuits_that_hold_work_are_listed_with_their_last_error(root_client):
+    now = timezone.now()
+    ExtractorFactory(slug="fine")
+    ExtractorHealth.objects.create(extractor=ExtractorFactory(slug="recovered"))  # closed
+    ExtractorHealth.objects.create(
+        extractor=ExtractorFactory(slug="down"),
+        state=CircuitState.OPEN,
+        since=now,
+        last_error="HTTP 503 Service Unavailable",
+        last_error_at=now - timedelta(seconds=20),
+        probe_at=now + timedelta(seconds=4),
+    )
+    receiver = WebhookSubscriptionFactory(url="https://hooks.example.org/crm")
+    circuit_pause(ReceiverHealth, receiver.pk, reason="receiver migration", now=now)
+    html = root_client.get(DASHBOARD).content.decode()
+    circuits = html[
+        html.index('id="circuits"') : html.index("</table>", html.index('id="circuits"'))
+    ]
+    assert "<td>extractor</td><td>down</td>" in circuits
+    assert f"<td>open since {now:%H:%M:%S} UTC</td>" in circuits
+    assert "20 s ago: HTTP 503 Service Unavailable" in circuits
+    assert f"<td>receiver</td><td>{receiver.pk}: https://hooks.example.org/crm</td>" in circuits
+    assert f"<td>paused since {now:%H:%M:%S} UTC: receiver migration</td>" in circuits
+    assert "fine" not in circuits and "recovered" not in circuits
+
+
+def test_circuits_say_when_everything_works(root_client):
+    ExtractorFactory()
+    html = root_client.get(DASHBOARD).content.decode()
+    assert "Every extractor and webhook receiver is working." in html
 
 
 def test_in_flight_times_read_as_relative_with_dates(root_client):
