@@ -27,6 +27,7 @@ def client_config(extractor: Extractor) -> ClientConfig:
         connect_timeout=min(5.0, extractor.request_timeout.total_seconds()),
         read_timeout=extractor.request_timeout.total_seconds(),
         max_response_bytes=settings.EXTRACTOR_MAX_RESPONSE_BYTES,
+        pool_size=settings.EXTRACTOR_POOL_SIZE,
     )
 
 

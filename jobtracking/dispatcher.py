@@ -33,6 +33,7 @@ from jobtracking.models import (
     ACTIVE_STATUS,
     REQUESTER_KEY,
     ExtractionJob,
+    ServiceHeartbeat,
 )
 from jobtracking.priorities import round_robin, split
 from jobtracking.queue import enqueue_batch
@@ -43,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_SECONDS = 5.0
 BACKPRESSURE_POLL_SECONDS = 0.05
+# Each cluster says how many workers it has (heartbeats of this kind, see `run_cluster`).
+WORKERS = "workers"
+WORKERS_BEAT_SECONDS = 10.0
 
 
 def claim_due_jobs(*, batch_size: int, lease: timedelta) -> list[UUID]:
@@ -135,6 +139,7 @@ class Dispatcher:
         self.claimed_total = 0
         self.last_beat = 0.0
         self.held_back = False
+        self.depth = settings.JOBS_DISPATCH_QUEUED_PER_WORKER
 
     @cached_property
     def broker(self):
@@ -176,16 +181,28 @@ class Dispatcher:
                 time.sleep(wait)
 
     def tick(self) -> int:
-        # Back-pressure: claim no further ahead of the workers than a few tasks. The broker runs
-        # its tasks in the order they came, so work claimed ahead would run before a more urgent
-        # job claimed after it; and it expires (and is handed out again) if the wait outlasts its
-        # lease.
-        room = settings.JOBS_DISPATCH_MAX_QUEUED_TASKS - self.broker.queue_size()
+        # Back-pressure: claim no further ahead of the workers than a few tasks for each of
+        # them. The broker runs its tasks in the order they came, so work claimed ahead would
+        # run before a more urgent job claimed after it; and it expires (and is handed out
+        # again) if the wait outlasts its lease. Too shallow, and workers wait for work.
+        if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:
+            beat("dispatcher", self.name, claimed_total=self.claimed_total)
+            self.depth = broker_depth()
+            self.last_beat = time.monotonic()
+        room = self.depth - self.broker.queue_size()
         wanted = min(self.batch_size, max(0, room) * settings.JOBS_TASK_BATCH_SIZE)
         claimed = len(claim_due_jobs(batch_size=wanted, lease=self.lease)) if wanted else 0
         self.held_back = wanted < self.batch_size and (not wanted or claimed == wanted)
         self.claimed_total += claimed
-        if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:
-            beat("dispatcher", self.name, claimed_total=self.claimed_total)
-            self.last_beat = time.monotonic()
         return claimed
+
+
+def broker_depth() -> int:
+    """Waiting tasks to keep in the broker: `JOBS_DISPATCH_QUEUED_PER_WORKER` for each worker
+    of the clusters alive now (as one worker's worth while none has said)."""
+    alive = timezone.now() - timedelta(seconds=3 * WORKERS_BEAT_SECONDS)
+    beats = ServiceHeartbeat.objects.filter(kind=WORKERS, beat_at__gte=alive)
+    workers = sum(
+        int(details.get("workers", 0)) for details in beats.values_list("details", flat=True)
+    )
+    return settings.JOBS_DISPATCH_QUEUED_PER_WORKER * max(1, workers)

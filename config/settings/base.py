@@ -227,10 +227,13 @@ JOBS_DISPATCH_BATCH_SIZE = int(os.environ.get("JOBS_DISPATCH_BATCH_SIZE", "200")
 JOBS_DISPATCH_IDLE_SECONDS = float(os.environ.get("JOBS_DISPATCH_IDLE_SECONDS", "0.5"))
 # Woken by a new job, the dispatcher waits this long so that jobs created with it share a batch.
 JOBS_DISPATCH_GATHER_SECONDS = float(os.environ.get("JOBS_DISPATCH_GATHER_SECONDS", "0.05"))
-# The dispatcher claims no more jobs while this many tasks wait in the broker.
-JOBS_DISPATCH_MAX_QUEUED_TASKS = int(os.environ.get("JOBS_DISPATCH_MAX_QUEUED_TASKS", "2"))
+# The dispatcher claims no more jobs while this many tasks for each live worker wait in the
+# broker (the clusters say how many workers they have).
+JOBS_DISPATCH_QUEUED_PER_WORKER = int(os.environ.get("JOBS_DISPATCH_QUEUED_PER_WORKER", "2"))
 # Jobs of one extractor per task; the task makes all their extractor calls at once.
 JOBS_TASK_BATCH_SIZE = int(os.environ.get("JOBS_TASK_BATCH_SIZE", "25"))
+# Kept-alive connections to each extractor per worker process: a batch's calls all go at once.
+EXTRACTOR_POOL_SIZE = int(os.environ.get("EXTRACTOR_POOL_SIZE", str(JOBS_TASK_BATCH_SIZE)))
 # A submission lease lasts the extractor's request timeout plus this margin.
 JOBS_SUBMIT_LEASE_MARGIN_SECONDS = float(os.environ.get("JOBS_SUBMIT_LEASE_MARGIN_SECONDS", "30"))
 # When an extractor's max_in_flight is reached, a pending job looks again after this long.

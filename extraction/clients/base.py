@@ -49,6 +49,9 @@ class ClientConfig:
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
     max_response_bytes: int = 64 * 1024 * 1024
+    # Kept-alive connections: at least as many as the calls made at once (a smaller pool
+    # discards connections and opens new ones).
+    pool_size: int = 16
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ class ExtractorClient(ABC):
 
     def __init__(self, config: ClientConfig, session: requests.Session | None = None) -> None:
         self.config = config
-        self.session = session or new_session()
+        self.session = session or new_session(config.pool_size)
 
     @abstractmethod
     def submit(self, request: SubmitRequest) -> Submission: ...
@@ -265,7 +268,7 @@ class Response:
         )
 
 
-def new_session(pool_size: int = 16) -> requests.Session:
+def new_session(pool_size: int) -> requests.Session:
     """A pooled session; retries are ours (job counters and due_at), so urllib3's are off."""
     session = requests.Session()
     adapter = requests.adapters.HTTPAdapter(

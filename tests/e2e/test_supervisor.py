@@ -64,6 +64,11 @@ def test_cluster_first_heartbeat_is_written_at_start(seeded_statuses, tmp_path):
         wait_until(
             lambda: ServiceHeartbeat.objects.filter(kind="cluster").exists(), 20, "a heartbeat"
         )
+        # And how many workers it has, for the dispatchers' broker depth.
+        wait_until(
+            lambda: ServiceHeartbeat.objects.filter(kind="workers").exists(), 20, "a workers beat"
+        )
+        assert ServiceHeartbeat.objects.get(kind="workers").details == {"workers": 2}
     finally:
         stack.stop_all()
 

@@ -13,12 +13,12 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from jobtracking.dispatcher import Dispatcher, claim_due_jobs
+from jobtracking.dispatcher import WORKERS, Dispatcher, broker_depth, claim_due_jobs
 from jobtracking.errors import JobMovedOnError
-from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, RateSlot
+from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, RateSlot, ServiceHeartbeat
 from jobtracking.services import SYSTEM, Actor, Move, job_cancel, job_create, jobs_transition
 from jobtracking.services.engine import jobs_start, reserve_slots
-from jobtracking.tasks import process_jobs
+from jobtracking.tasks import beat, process_jobs
 from jobtracking.wakeup import Listener
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 
@@ -229,7 +229,7 @@ def test_the_dispatcher_enqueues_one_task_per_batch_of_one_extractor(
 def test_the_dispatcher_claims_nothing_while_the_broker_holds_enough_work(
     monkeypatch, settings, django_capture_on_commit_callbacks
 ):
-    settings.JOBS_DISPATCH_MAX_QUEUED_TASKS = 2
+    settings.JOBS_DISPATCH_QUEUED_PER_WORKER = 2  # no cluster has said: one worker's worth
     monkeypatch.setattr(Conf, "SYNC", False)
     job = ExtractionJobFactory(due_at=timezone.now())
     for _ in range(2):
@@ -242,6 +242,18 @@ def test_the_dispatcher_claims_nothing_while_the_broker_holds_enough_work(
     OrmQ.objects.all().delete()  # the workers caught up
     with django_capture_on_commit_callbacks(execute=True):
         assert dispatcher.tick() == 1
+
+
+def test_the_broker_depth_follows_the_live_clusters_workers(settings):
+    settings.JOBS_DISPATCH_QUEUED_PER_WORKER = 3
+    assert broker_depth() == 3
+    beat(WORKERS, "workers@a:1", workers=2)
+    beat(WORKERS, "workers@b:2", workers=8)
+    assert broker_depth() == 30
+    ServiceHeartbeat.objects.filter(name="workers@b:2").update(
+        beat_at=timezone.now() - timedelta(minutes=5)
+    )
+    assert broker_depth() == 6  # a cluster that stopped beating no longer counts
 
 
 @pytest.mark.django_db(transaction=True)

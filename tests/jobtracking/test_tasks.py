@@ -14,7 +14,7 @@ from jobtracking import states
 from jobtracking.models import ExtractionJob, ExtractionResult, JobEvent, JobStatusChange
 from jobtracking.services import Actor, job_cancel, job_create
 from jobtracking.services.engine import jobs_start
-from jobtracking.tasks import _submit_request, process_job, reap_stuck_jobs
+from jobtracking.tasks import _submit_request, process_job, process_jobs, reap_stuck_jobs
 from tests.factories import ExtractionJobFactory
 
 pytestmark = pytest.mark.django_db
@@ -294,3 +294,22 @@ def test_reap_times_out_overdue_jobs_hands_back_leases_and_repairs_missing_due_t
     assert undue.due_at is not None and undue.status_id == "submitted"
     assert (orphan.status_id, live.status_id) == ("pending", "submitting")
     assert JobStatusChange.objects.get(job=orphan).details["resubmission"] is True
+
+
+def test_a_full_batch_of_calls_reuses_its_connections(sandbox, sandbox_extractor, caplog, settings):
+    """Every call of a batch goes at once; the session keeps a connection for each, so none is
+    discarded ("Connection pool is full") and reopened."""
+    # Slow answers: every call of the batch is in flight at once.
+    sandbox.configure(latency_min=5, latency_max=5, slow_rate=1.0, slow_seconds=0.5)
+    jobs = [
+        new_job(sandbox_extractor, file_id=f"pool-{n}")
+        for n in range(settings.JOBS_TASK_BATCH_SIZE)
+    ]
+    ids = [job.pk for job in jobs]
+    for _ in range(2):  # submissions, then polls
+        ExtractionJob.objects.filter(pk__in=ids).update(
+            claimed_at=timezone.now(), due_at=timezone.now()
+        )
+        process_jobs([str(pk) for pk in ids])
+    assert set(ExtractionJob.objects.filter(pk__in=ids).values_list("poll_count", flat=True)) == {1}
+    assert "Connection pool is full" not in caplog.text

@@ -1,9 +1,14 @@
 import logging
+import os
+import socket
+import time
 
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connection
 from django_q.cluster import Cluster
+from django_q.conf import Conf
 
+from jobtracking.dispatcher import WORKERS, WORKERS_BEAT_SECONDS
 from jobtracking.tasks import beat
 from jobtracking.workers import start_lifeline_watch
 
@@ -26,6 +31,17 @@ class Command(BaseCommand):
             beat("cluster")
         except DatabaseError as error:
             logger.warning("cluster: first heartbeat failed (%s)", error)
-        connection.close()
+        # How many workers this cluster has, for the dispatchers' broker depth; the sentinel
+        # forks its workers itself, so this process may keep its connection from here on.
+        name = f"workers@{socket.gethostname()}:{os.getpid()}"
+        last = -WORKERS_BEAT_SECONDS
         while cluster.sentinel.is_alive():
+            if time.monotonic() - last >= WORKERS_BEAT_SECONDS:
+                last = time.monotonic()
+                try:
+                    beat(WORKERS, name, workers=Conf.WORKERS)
+                except DatabaseError as error:
+                    logger.warning("cluster: workers heartbeat failed (%s)", error)
+                    connection.close()
             cluster.sentinel.join(timeout=1)
+        connection.close()
