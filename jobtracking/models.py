@@ -335,6 +335,11 @@ class WebhookSubscription(models.Model):
         default=list, blank=True, help_text="Event types to receive; empty means all."
     )
     active = models.BooleanField(default=True)
+    all_jobs = models.BooleanField(
+        default=False,
+        help_text="Receive the events of every client's jobs (needs the view-all permission). "
+        "Otherwise only those of the jobs its owner requested.",
+    )
     secret_version = models.PositiveIntegerField(default=1)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

@@ -24,10 +24,20 @@ VIEW_ALL = "jobtracking.view_all_extractionjobs"
 MANAGE_ALL = "jobtracking.manage_all_extractionjobs"
 
 
+def visible(rows: QuerySet, *, user: AbstractBaseUser, via: str = "job") -> QuerySet:
+    """The one scoping rule, for jobs and everything derived from one (results, events,
+    deliveries, audit rows): the rows whose job `user` may see, reached through the relation
+    path `via` ("" for jobs themselves). A user sees the jobs they requested, or every job with
+    the view-all permission."""
+    if user.has_perm(VIEW_ALL):
+        return rows
+    return rows.filter(**{f"{via}__requested_by" if via else "requested_by": user})
+
+
 def job_list(*, user: AbstractBaseUser) -> QuerySet[ExtractionJob]:
-    """The jobs `user` may see: the ones they requested, or all with the view-all permission."""
+    """The jobs `user` may see (`visible`)."""
     jobs = ExtractionJob.objects.select_related("extractor", "requested_by")
-    return jobs if user.has_perm(VIEW_ALL) else jobs.filter(requested_by=user)
+    return visible(jobs, user=user, via="")
 
 
 def job_may_act(*, user: AbstractBaseUser, job: ExtractionJob) -> bool:
@@ -52,7 +62,7 @@ def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEven
     """Events of the jobs `user` may see, older than `settle` so that ids no longer appear out
     of commit order."""
     events = JobEvent.objects.filter(created_at__lte=timezone.now() - settle)
-    return events if user.has_perm(VIEW_ALL) else events.filter(job__requested_by=user)
+    return visible(events, user=user)
 
 
 def job_stats(*, jobs: QuerySet[ExtractionJob], window: timedelta) -> dict[str, Any]:

@@ -21,7 +21,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobtracking.ids import uuid7
-from jobtracking.models import DeliveryState, JobEvent, WebhookDelivery, WebhookSubscription
+from jobtracking.models import (
+    DeliveryState,
+    ExtractionJob,
+    JobEvent,
+    WebhookDelivery,
+    WebhookSubscription,
+)
 from jobtracking.rows import columns, insert_fields, instance, json_rows, select_rows, table
 from jobtracking.urlsafety import UnsafeURLError, post_checked
 
@@ -57,8 +63,12 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def wants(subscription: WebhookSubscription, event_type: str) -> bool:
-    return not subscription.event_types or event_type in subscription.event_types
+def wants(subscription: WebhookSubscription, event_type: str, requester: int | None) -> bool:
+    """Whether the subscription receives this event: of a type it asked for, of a job its owner
+    may see (`selectors.visible`'s rule, fixed when the subscription was saved: `all_jobs`)."""
+    return (not subscription.event_types or event_type in subscription.event_types) and (
+        subscription.all_jobs or requester == subscription.created_by_id
+    )
 
 
 def deliveries_fan_out(events: list[JobEvent]) -> None:
@@ -70,12 +80,17 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     subscriptions = list(WebhookSubscription.objects.filter(active=True))
     if not subscriptions:
         return
+    requesters = dict(
+        ExtractionJob.objects.filter(pk__in={event.job_id for event in events}).values_list(
+            "pk", "requested_by_id"
+        )
+    )
     now = timezone.now()
     WebhookDelivery.objects.bulk_create(
         _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
         for event in events
         for sub in subscriptions
-        if wants(sub, event.type)
+        if wants(sub, event.type, requesters.get(event.job_id))
     )
 
 
@@ -85,20 +100,22 @@ def _delivery_value_fields() -> tuple:
 
 
 @functools.cache
-def fan_out_statement(events: str) -> str:
-    """`deliveries_fan_out` as one `INSERT … SELECT`, for a statement whose CTE named `events`
-    returned the new events' `id` and `type`: it returns the deliveries' ids. Its parameter is
-    the deliveries' other columns (`fan_out_values`)."""
+def fan_out_statement(events: str, jobs: str) -> str:
+    """`deliveries_fan_out` as one `INSERT … SELECT`, for a statement whose CTEs named `events`
+    and `jobs` returned the new events' `id`, `type` and `job_id` and their jobs' `id` and
+    `requested_by_id`: it returns the deliveries' ids. Its parameter is the deliveries' other
+    columns (`fan_out_values`)."""
     meta = WebhookDelivery._meta
     fields = _delivery_value_fields()
     return (
         f"INSERT INTO {table(WebhookDelivery)} ({meta.get_field('event').column}, "
         f"{meta.get_field('subscription').column}, {columns(fields)}) "
-        f"SELECT e.id, s.id, t.* FROM {events} e "
+        f"SELECT e.id, s.id, t.* FROM {events} e JOIN {jobs} j ON j.id = e.job_id "
         f"JOIN {table(WebhookSubscription)} s ON s.active "
-        # `wants`: no event types means every type.
+        # `wants`: no event types means every type; a job its owner may see.
         "AND (s.event_types IN ('[]'::jsonb, 'null'::jsonb) "
         "OR jsonb_exists(s.event_types, e.type)) "
+        "AND (s.all_jobs OR s.created_by_id IS NOT DISTINCT FROM j.requested_by_id) "
         f"CROSS JOIN ({select_rows(WebhookDelivery, fields)}) t "
         "RETURNING id"
     )

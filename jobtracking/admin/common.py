@@ -12,6 +12,7 @@ from django.utils.html import format_html
 
 from jobtracking import states
 from jobtracking.models import ActorType
+from jobtracking.selectors import visible
 from jobtracking.services import Actor
 
 STATUS_COLOURS = {
@@ -107,3 +108,13 @@ class ReadOnlyInline(NoWrites, admin.TabularInline):
 def admin_actor(request) -> Actor:
     """The staff member at the console, as the services record them."""
     return Actor(ActorType.ADMIN, request.user)
+
+
+class JobScopedAdmin(ReadOnlyAdmin):
+    """Rows derived from a job, shown only where their job is visible to the staff member
+    (`selectors.visible`, the same rule as the API's), through the relation path `job_path`."""
+
+    job_path = "job"
+
+    def get_queryset(self, request):
+        return visible(super().get_queryset(request), user=request.user, via=self.job_path)

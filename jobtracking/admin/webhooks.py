@@ -13,13 +13,14 @@ from django.utils.html import format_html
 
 from jobtracking import states
 from jobtracking.admin.circuits import circuit_error_cell, circuit_state
-from jobtracking.admin.common import ReadOnlyAdmin, moment, record
+from jobtracking.admin.common import JobScopedAdmin, moment, record
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.models import (
     DeliveryState,
     WebhookDelivery,
     WebhookSubscription,
 )
+from jobtracking.selectors import VIEW_ALL
 from jobtracking.webhooks import (
     delivery_body,
     delivery_headers,
@@ -39,7 +40,7 @@ class SubscriptionForm(forms.ModelForm):
 
     class Meta:
         model = WebhookSubscription
-        fields = ["url", "description", "event_types", "active"]
+        fields = ["url", "description", "event_types", "all_jobs", "active"]
 
 
 @admin.register(WebhookSubscription)
@@ -74,6 +75,18 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     @admin.display(description="receiver's last error")
     def receiver_error(self, subscription: WebhookSubscription):
         return circuit_error_cell(getattr(subscription, "health", None))
+
+    def get_queryset(self, request):
+        # Staff who see only their own jobs manage only their own subscriptions, which receive
+        # only those jobs' events.
+        subscriptions = super().get_queryset(request)
+        if request.user.has_perm(VIEW_ALL):
+            return subscriptions
+        return subscriptions.filter(created_by=request.user)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if request.user.has_perm(VIEW_ALL) else [*fields, "all_jobs"]
 
     def save_model(self, request, obj, form, change):
         if not change:
@@ -127,7 +140,8 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnlyAdmin):
+class WebhookDeliveryAdmin(JobScopedAdmin):
+    job_path = "event__job"
     list_display = [
         "id",
         "event_type",

@@ -344,20 +344,23 @@ def created_rows_statement(job_fields: tuple, event_fields: tuple) -> str:
     fields = _change_value_fields()
     job_column = JobStatusChange._meta.get_field("job").column
     new_jobs = insert_statement(
-        ExtractionJob, job_fields, on_conflict=_active_file_conflict(), returning="id"
+        ExtractionJob,
+        job_fields,
+        on_conflict=_active_file_conflict(),
+        returning="id, requested_by_id",
     )
     new_events = insert_statement(
         JobEvent,
         event_fields,
         where=f"{quote(job_column)} IN (SELECT id FROM new_jobs)",
-        returning="id, type",
+        returning="id, type, job_id",
     )
     return (
         f"WITH new_jobs AS ({new_jobs}), "
         f"new_changes AS (INSERT INTO {table(JobStatusChange)} ({job_column}, {columns(fields)}) "
         f"SELECT j.id, c.* FROM new_jobs j CROSS JOIN ({select_rows(JobStatusChange, fields)}) c), "
         f"new_events AS ({new_events}), "
-        f"new_deliveries AS ({fan_out_statement('new_events')}), "
+        f"new_deliveries AS ({fan_out_statement('new_events', 'new_jobs')}), "
         f"woken AS ({NOTIFY_SQL}) "
         # (`new_deliveries` runs unreferenced, as every data-modifying CTE does; `woken` is
         # a SELECT, so it runs only if referenced.)

@@ -19,11 +19,13 @@ pytestmark = [
 
 def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up():
     extractor = ExtractorFactory()
-    everything = WebhookSubscriptionFactory(event_types=[])
-    created_only = WebhookSubscriptionFactory(event_types=["job.created"])
-    WebhookSubscriptionFactory(event_types=["job.failed"])  # not this event
-    WebhookSubscriptionFactory(active=False)
     user = UserFactory()
+    everything = WebhookSubscriptionFactory(event_types=[], all_jobs=True)
+    created_only = WebhookSubscriptionFactory(event_types=["job.created"], all_jobs=True)
+    WebhookSubscriptionFactory(event_types=["job.failed"], all_jobs=True)  # not this event
+    WebhookSubscriptionFactory(active=False, all_jobs=True)
+    owners = WebhookSubscriptionFactory(created_by=user)  # the job's requester's own
+    WebhookSubscriptionFactory(created_by=UserFactory())  # another client's: not their job
     api_job(extractor, file_id="earlier")  # the connection has the statement prepared now
     with CaptureQueriesContext(connection) as queries:
         job = api_job(extractor, metadata={"grant": 4711}, user=user)
@@ -53,7 +55,7 @@ def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up()
     receivers = set(
         WebhookDelivery.objects.filter(event=event).values_list("subscription", flat=True)
     )
-    assert receivers == {everything.pk, created_only.pk}
+    assert receivers == {everything.pk, created_only.pk, owners.pk}
     assert set(WebhookDelivery.objects.values_list("state", "attempts")) == {("pending", 0)}
 
 

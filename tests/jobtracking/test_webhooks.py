@@ -16,7 +16,7 @@ from jobtracking.models import WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, job_cancel, job_create
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 from jobtracking.webhooks import RETRY_SCHEDULE, deliver, delivery_retry, subscription_secret
-from tests.factories import ExtractorFactory, WebhookSubscriptionFactory
+from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -345,3 +345,49 @@ def test_log_lines_carry_the_context_they_are_written_in():
         "message": "hello x",
         "event": "webhook_delivery",
     }
+
+
+def test_a_subscription_receives_only_the_events_of_jobs_its_owner_may_see():
+    """The same rule for the creation statement (`test_creation_statement`) and transitions."""
+    owner, other = UserFactory(), UserFactory()
+    own = WebhookSubscriptionFactory(created_by=owner)
+    everything = WebhookSubscriptionFactory(created_by=other, all_jobs=True)
+    job = job_create(
+        extractor=ExtractorFactory(),
+        actor=Actor("api", owner),
+        file_id="scoped",
+        source_url="https://files.example.org/a.pdf",
+    )
+    job_cancel(job_id=job.pk, actor=Actor("api", owner))
+    foreign = job_create(
+        extractor=ExtractorFactory(),
+        actor=Actor("api", other),
+        file_id="foreign",
+        source_url="https://files.example.org/a.pdf",
+    )
+    job_cancel(job_id=foreign.pk, actor=Actor("api", other))
+    received = set(WebhookDelivery.objects.values_list("subscription", "event__job", "event__type"))
+    assert received == {
+        (own.pk, job.pk, "job.created"),
+        (own.pk, job.pk, "job.cancelled"),
+        (everything.pk, job.pk, "job.created"),
+        (everything.pk, job.pk, "job.cancelled"),
+        (everything.pk, foreign.pk, "job.created"),
+        (everything.pk, foreign.pk, "job.cancelled"),
+    }
+
+
+def test_staff_without_view_all_manage_only_their_own_subscriptions(client):
+    from tests.jobtracking.admin.conftest import staff
+
+    user = staff("view_webhooksubscription", "change_webhooksubscription")
+    mine = WebhookSubscriptionFactory(created_by=user)
+    theirs = WebhookSubscriptionFactory(all_jobs=True)
+    client.force_login(user)
+    page = client.get("/admin/jobtracking/webhooksubscription/").content.decode()
+    assert f"/{mine.pk}/change/" in page and f"/{theirs.pk}/change/" not in page
+    assert (
+        client.get(f"/admin/jobtracking/webhooksubscription/{theirs.pk}/change/").status_code == 302
+    )
+    form = client.get(f"/admin/jobtracking/webhooksubscription/{mine.pk}/change/").content.decode()
+    assert 'name="all_jobs"' not in form  # read-only: they cannot widen it

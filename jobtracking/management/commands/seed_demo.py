@@ -62,7 +62,10 @@ class Command(BaseCommand):
         )
         subscription, _ = WebhookSubscription.objects.get_or_create(
             url=f"{options['sandbox_url']}/_sandbox/webhooks",
-            defaults={"description": "Demo receiver (the sandbox keeps what it gets)"},
+            defaults={
+                "description": "Demo receiver (the sandbox keeps what it gets)",
+                "all_jobs": True,
+            },
         )
         self.stdout.write(
             f"Webhooks go to {subscription.url} (see what arrived with GET on that URL)."
