@@ -140,6 +140,10 @@ class ExtractionJob(models.Model):
             ("requeue_extractionjob", "Can requeue extraction jobs"),
             ("view_all_extractionjobs", "Can view every client's extraction jobs"),
             (
+                "set_interactive_priority",
+                "Can give jobs the interactive priority (dispatched before everyone else's)",
+            ),
+            (
                 "manage_all_extractionjobs",
                 "Can cancel and requeue every client's extraction jobs (with the action's own "
                 "permission)",

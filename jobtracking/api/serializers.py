@@ -80,8 +80,9 @@ class PriorityField(serializers.ChoiceField):
 
 
 PRIORITY_HELP = (
-    "interactive (someone is waiting), normal (the default) or bulk (the default of bulk "
-    "creates). Higher priorities are dispatched first; lower ones keep a reserved share."
+    "interactive (someone is waiting; needs the permission to set it), normal (the default) or "
+    "bulk (the default of bulk creates). Higher priorities are dispatched first; lower ones "
+    "keep a reserved share."
 )
 
 

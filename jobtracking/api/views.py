@@ -60,6 +60,7 @@ from jobtracking.models import (
     ExtractorHealth,
     JobEvent,
     JobStatus,
+    Priority,
 )
 from jobtracking.selectors import (
     LIVENESS_WINDOWS,
@@ -157,7 +158,7 @@ class ExtractionJobViewSet(
         if declared > settings.JOBS_UPLOAD_MAX_BYTES + (1 << 20):
             # Refused before reading the body.
             return too_large()
-        validated = single_validator().validated(request.data)
+        validated = check_priority(request, single_validator().validated(request.data))
         upload = validated.get("file")
         if upload is not None:
             if upload.size > settings.JOBS_UPLOAD_MAX_BYTES:
@@ -211,7 +212,7 @@ class ExtractionJobViewSet(
             try:
                 if "file" in item:
                     raise ValidationError({"file": ["Bulk create takes source_url only."]})
-                valid.append((index, checker.validated(item)))
+                valid.append((index, check_priority(request, checker.validated(item))))
             except ValidationError as error:
                 body = problem_body(
                     400,
@@ -285,7 +286,7 @@ class ExtractionJobViewSet(
     def requeue(self, request, pk=None):
         """Run a terminal job again as a new attempt; a succeeded job needs `force`."""
         job = self.get_actionable_object()
-        data = validated(JobRequeueSerializer, request)
+        data = check_priority(request, validated(JobRequeueSerializer, request))
         job = job_requeue(job_id=job.pk, actor=api_actor(request), **data)
         return Response(ExtractionJobSerializer(job, context={"request": request}).data)
 
@@ -294,6 +295,26 @@ def validated(serializer_class, request) -> dict:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+INTERACTIVE_PERMISSION = "jobtracking.set_interactive_priority"
+
+
+def check_priority(request, data: dict) -> dict:
+    """Interactive work goes before every other client's: a client needs leave to ask for it
+    (creates, bulk items and requeues alike)."""
+    if data.get("priority") == Priority.INTERACTIVE and not request.user.has_perm(
+        INTERACTIVE_PERMISSION
+    ):
+        raise ValidationError(
+            {
+                "priority": [
+                    "The interactive priority needs the permission to set it (ask staff for "
+                    "it); use normal or bulk."
+                ]
+            }
+        )
+    return data
 
 
 def item_error(index: int, body: dict) -> dict:

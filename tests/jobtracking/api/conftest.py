@@ -38,7 +38,7 @@ def _api_settings(settings):
 
 @pytest.fixture
 def owner(db):
-    return service_account("owner")
+    return service_account("owner", "set_interactive_priority")
 
 
 @pytest.fixture
