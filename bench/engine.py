@@ -4,24 +4,41 @@ what each job cost.
 
 Per run it prints wall time and jobs/s; per job, SQL statements (pg_stat_statements), commits
 (pg_stat_database), CPU milliseconds by process (workers, dispatcher, PostgreSQL, sandbox, the
-creating process) and extractor calls (sandbox counters). A scaling table repeats the run with
-2, 4 and 8 workers and with two clusters plus two dispatchers. The floor is measured in the same
-run: no-op django-q2 tasks through the same cluster settings. A last run sets rate limits on the
-extractor at the sandbox's own limits and counts 429 answers. Then the webhook rows
-(`bench.webhooks`): runs with a healthy and with a hanging webhook receiver, against runs with no
-subscription in the same sitting.
+creating process) and extractor calls (sandbox counters), with the duplicate submissions, early
+polls and 429 answers the sandbox saw (the extractor and the sandbox set no rate limits here); and
+the kernel's listen-queue counters over the run (`TcpExt` ListenOverflows, ListenDrops and
+TCPSynRetrans from /proc/net/netstat: system-wide, so anything else on the machine counts too).
+The floor is measured in the same run: no-op django-q2 tasks through the same cluster settings.
 
-    BENCH_E2E_JOBS (10,000)   jobs in the main run (2 workers)
-    BENCH_SCALE_JOBS (5,000)  jobs in each scaling run
-    BENCH_FLOOR_TASKS (2,000) no-op tasks for the floor
-    BENCH_CREATE (bulk)       how jobs are created: bulk (500 a call) or single
+The scaling table runs 2, 4 and 8 workers (one cluster, one dispatcher) and two clusters of two
+workers with two dispatchers, alternating: each round runs the four in that order, each on a fresh
+stack, and per row it prints the median jobs/s, every run's, and the median as a ratio of the
+2-worker row's (the main run's row beside it, as a ratio of the same). After the throughput rounds
+come the fairness rounds, the same four stack settings in the same order (one round by default):
+`bench.fairness`'s run, smaller, where client A bulk-creates a backlog and one second later client
+B creates single jobs one after another; the row shows B's p95 from creation to `submitting`
+(the median over the fairness rounds). Then the webhook rows (`bench.webhooks`): runs with a
+healthy and with a hanging webhook receiver, against runs with no subscription in the same
+sitting.
+
+    BENCH_E2E_JOBS (10,000)       jobs in the main run (2 workers)
+    BENCH_SCALE_JOBS (3,000)      jobs in each scaling run (lowered from 5,000 when the rounds
+                                  came, to keep the engine's part of `make bench` near ten
+                                  minutes on 2 cores); 0 leaves the scaling table out
+    BENCH_SCALE_ROUNDS (2)        rounds of the four scaling runs
+    BENCH_SCALE_FAIR_A_JOBS (3,000)  A's backlog in each fairness run; 0 leaves them out
+    BENCH_SCALE_FAIR_B_JOBS (20)  B's single jobs in each fairness run
+    BENCH_SCALE_FAIR_ROUNDS (1)   rounds of the four fairness runs
+    BENCH_FLOOR_TASKS (2,000)     no-op tasks for the floor
+    BENCH_CREATE (bulk)           how jobs are created: bulk (500 a call) or single
     BENCH_LOG_LEVEL, BENCH_LOG_DIR  the processes' log level (WARNING) and a folder for their logs
-    BENCH_WEBHOOK_JOBS (2,000)  jobs in each webhook run; 0 leaves the webhook rows out (their
-                                other knobs: see `bench.webhooks`)
+    BENCH_WEBHOOK_JOBS (2,000)    jobs in each webhook run; 0 leaves the webhook rows out (their
+                                  other knobs: see `bench.webhooks`)
 """
 
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +58,14 @@ MONITOR_ROLE = "bench_monitor"
 FK_CHECK = "SELECT % FROM ONLY %"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CREATE = os.environ.get("BENCH_CREATE", "bulk")
+TCP_COUNTERS = ("ListenOverflows", "ListenDrops", "TCPSynRetrans")
+# The scaling table's rows, in the order each round runs them; the first is the base of the ratios.
+SCALING = (
+    ("2 workers", {"workers": 2, "clusters": 1, "dispatchers": 1}),
+    ("4 workers", {"workers": 4, "clusters": 1, "dispatchers": 1}),
+    ("8 workers", {"workers": 8, "clusters": 1, "dispatchers": 1}),
+    ("2 clusters x 2 workers + 2 dispatchers", {"workers": 2, "clusters": 2, "dispatchers": 2}),
+)
 
 
 def noop() -> None:
@@ -80,6 +105,22 @@ def tree_cpu_seconds(processes) -> float:
     from tests.processes import descendants
 
     return cpu_seconds([pid for p in processes for pid in (p.pid, *descendants(p.pid))])
+
+
+def tcp_counters() -> dict[str, int]:
+    """The kernel's TcpExt counters of refused connections (a full listen queue) and of SYNs sent
+    again, for the whole network namespace."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], map(int, values.split()[1:]), strict=True))
+            return {name: table.get(name, 0) for name in TCP_COUNTERS}
+    return dict.fromkeys(TCP_COUNTERS, 0)
+
+
+def tcp_delta(before: dict[str, int]) -> dict[str, int]:
+    after = tcp_counters()
+    return {name: after[name] - before[name] for name in TCP_COUNTERS}
 
 
 def postgres_cpu_seconds() -> float:
@@ -251,23 +292,30 @@ def create_jobs(extractor, count: int, files: str) -> None:
 
 
 def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: dict, **limits):
+    from extraction.sandbox.server import control_headers
     from tests.processes import wait_until
 
     stack = start_stack(**stack_args)
     try:
         extractor = new_extractor(stack.sandbox_url, **limits)
-        requests.post(f"{stack.sandbox_url}/_sandbox/reset", timeout=10)
+        requests.post(
+            f"{stack.sandbox_url}/_sandbox/reset", headers=control_headers(), timeout=10
+        ).raise_for_status()
         monitor.reset()
         before = stack.cpu()
+        tcp = tcp_counters()
         started = time.perf_counter()
         create_jobs(extractor, count, files)
         created = time.perf_counter() - started
         wait_until(lambda: monitor.active(extractor.pk) == 0, 3600, "every job to finish")
         elapsed = time.perf_counter() - started
         after = stack.cpu()
+        tcp = tcp_delta(tcp)
         (statements, nested), commits = monitor.statements(), monitor.commits()
         top = monitor.top(8)
-        stats = requests.get(f"{stack.sandbox_url}/_sandbox/stats", timeout=10).json()
+        stats = requests.get(
+            f"{stack.sandbox_url}/_sandbox/stats", headers=control_headers(), timeout=10
+        ).json()
     finally:
         stop_stack(stack)
     from django.db.models import Count
@@ -293,6 +341,7 @@ def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: d
         "stats": stats,
         "outcome": outcome,
         "top": top,
+        "tcp": tcp,
     }
 
 
@@ -342,43 +391,142 @@ def report(run: dict, floor_rate: float) -> None:
         f"{gets:.2f}; target 3.00); duplicate keys {len(stats['duplicate_keys'])}, early polls "
         f"{len(stats['early_polls'])}, 429 answers {faults.get('rate_limited', 0)}"
     )
+    print(f"TCP over the run (system-wide): {describe_tcp(run['tcp'])}")
+
+
+def checks(run: dict) -> tuple[int, int, int]:
+    """What must stay 0: early polls, duplicate submissions, 429 answers."""
+    stats = run["stats"]
+    return (
+        len(stats["early_polls"]),
+        len(stats["duplicate_keys"]),
+        stats.get("faults", {}).get("rate_limited", 0),
+    )
+
+
+def describe_tcp(tcp: dict[str, int]) -> str:
+    return ", ".join(f"{name} {tcp[name]}" for name in TCP_COUNTERS)
+
+
+def scaling_runs(monitor: Monitor, files: str, count: int, rounds: int) -> dict[str, list[dict]]:
+    """The scaling rows' throughput runs, round after round, each round in `SCALING`'s order."""
+    runs: dict[str, list[dict]] = {label: [] for label, _ in SCALING}
+    for round_ in range(1, rounds + 1):
+        for label, stack_args in SCALING:
+            run = run_jobs(monitor, files, count, label, stack_args)
+            runs[label].append(run)
+            early, duplicates, throttled = checks(run)
+            print(
+                f"scaling round {round_}, {label}: {count:,} jobs in {run['wall_s']:.1f} s -> "
+                f"{run['rate']:.1f} jobs/s; {run['outcome']}; early polls {early}, duplicate "
+                f"keys {duplicates}, 429 answers {throttled}; {describe_tcp(run['tcp'])}"
+            )
+    return runs
+
+
+def fairness_runs(files: str, a_jobs: int, b_jobs: int, rounds: int) -> dict[str, list[dict]]:
+    """The scaling rows' fairness runs (`bench.fairness`'s, smaller), after the throughput rounds
+    and in the same order."""
+    from bench.fairness import describe, percentile, run
+
+    runs: dict[str, list[dict]] = {label: [] for label, _ in SCALING}
+    for round_ in range(1, rounds + 1):
+        for label, stack_args in SCALING:
+            tcp = tcp_counters()
+            result = run(files, with_b=True, a_count=a_jobs, b_count=b_jobs, stack_args=stack_args)
+            result |= {"tcp": tcp_delta(tcp), "p95": percentile(result["to_submit"], 0.95)}
+            runs[label].append(result)
+            print(
+                f"fairness round {round_}, {label}: B creation -> submitting "
+                f"{describe(result['to_submit'])}; B {result['b_statuses']}; A "
+                f"{result['a_rate']:.1f} jobs/s with B, {result['a_waiting']:,} of A's jobs "
+                f"pending when B was done; {describe_tcp(result['tcp'])}"
+            )
+    return runs
+
+
+def scaling_table(
+    main_run: dict, runs: dict[str, list[dict]], fair: dict[str, list[dict]], floor_rate: float
+) -> None:
+    base_runs = runs.get(SCALING[0][0])
+    base = statistics.median(run["rate"] for run in base_runs) if base_runs else None
+    print(
+        "\n| run | jobs | jobs/s (median) | runs (jobs/s) | vs 2 workers | vs floor "
+        "| statements/job | commits/job | B p95 to submitting | early polls / duplicates / 429 "
+        "| ListenOverflows / ListenDrops / TCPSynRetrans |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+    def row(label: str, rows: list[dict], fairness: list[dict]) -> None:
+        p95 = "-"
+        if fairness:
+            p95s = [result["p95"] for result in fairness]
+            p95 = f"{statistics.median(p95s):.2f} s"
+            if len(p95s) > 1:
+                p95 += " (" + ", ".join(f"{value:.2f}" for value in p95s) + ")"
+        if not rows:
+            print(f"| {label} | - | - | - | - | - | - | - | {p95} | - | - |")
+            return
+        rate = statistics.median(run["rate"] for run in rows)
+        each = ", ".join(f"{run['rate']:.1f}" for run in rows)
+        ratio = f"{rate / base:.2f}x" if base else "-"
+        sums = [sum(values) for values in zip(*(checks(run) for run in rows), strict=True)]
+        tcp = [sum(run["tcp"][name] for run in rows) for name in TCP_COUNTERS]
+        print(
+            f"| {label} | {rows[0]['jobs']:,} | {rate:.1f} | {each} | {ratio} "
+            f"| {rate / floor_rate:.2f}x "
+            f"| {statistics.median(run['statements'] for run in rows):.1f} "
+            f"| {statistics.median(run['commits'] for run in rows):.2f} | {p95} "
+            f"| {' / '.join(map(str, sums))} | {' / '.join(map(str, tcp))} |"
+        )
+
+    for label, _ in SCALING:
+        row(label, runs.get(label, []), fair.get(label, []))
+    row("main run (2 workers)", [main_run], [])
+    print(
+        "(median over the rounds; vs 2 workers: a row's median over the 2-worker row's; checks "
+        "and TCP counters summed over the rounds. Targets: 2 workers >= 200 jobs/s; 4 and 8 "
+        "workers >= 1.00x; B p95 <= 2 s; 0 early polls, duplicates and 429 answers)"
+    )
 
 
 def main() -> None:
     setup()
     from django.db import connection
 
+    started = time.perf_counter()
     monitor = Monitor(os.environ["DATABASE_URL"])
     files, file_server = serve_samples()
-    count = int(os.environ.get("BENCH_E2E_JOBS", 10_000))
-    scale = int(os.environ.get("BENCH_SCALE_JOBS", 5_000))
-    floor_rate = floor(monitor, int(os.environ.get("BENCH_FLOOR_TASKS", 2_000)))
-    print(f"no-op floor: {floor_rate:.1f} django-q2 tasks/s (2 workers)")
-    one = {"clusters": 1, "dispatchers": 1}
-    runs = [run_jobs(monitor, files, count, "2 workers", {"workers": 2, **one})]
-    report(runs[0], floor_rate)
-    if scale:
-        for workers in (4, 8):
-            runs.append(
-                run_jobs(monitor, files, scale, f"{workers} workers", {"workers": workers, **one})
+    try:
+        count = int(os.environ.get("BENCH_E2E_JOBS", 10_000))
+        scale = int(os.environ.get("BENCH_SCALE_JOBS", 3_000))
+        rounds = int(os.environ.get("BENCH_SCALE_ROUNDS", 2))
+        fair_a = int(os.environ.get("BENCH_SCALE_FAIR_A_JOBS", 3_000))
+        fair_b = int(os.environ.get("BENCH_SCALE_FAIR_B_JOBS", 20))
+        fair_rounds = int(os.environ.get("BENCH_SCALE_FAIR_ROUNDS", 1))
+        floor_rate = floor(monitor, int(os.environ.get("BENCH_FLOOR_TASKS", 2_000)))
+        print(f"no-op floor: {floor_rate:.1f} django-q2 tasks/s (2 workers)")
+        one = {"clusters": 1, "dispatchers": 1}
+        main_run = run_jobs(monitor, files, count, "2 workers", {"workers": 2, **one})
+        report(main_run, floor_rate)
+        print()
+        runs = scaling_runs(monitor, files, scale, rounds) if scale else {}
+        fair = fairness_runs(files, fair_a, fair_b, fair_rounds) if fair_a and fair_b else {}
+        if fair:
+            print(
+                f"(fairness runs: A bulk-creates {fair_a:,} jobs; 1 s later B creates {fair_b} "
+                "singles, one after another)"
             )
-            report(runs[-1], floor_rate)
-        two = {"workers": 2, "clusters": 2, "dispatchers": 2}
-        runs.append(run_jobs(monitor, files, scale, "2 clusters x 2 workers + 2 dispatchers", two))
-        report(runs[-1], floor_rate)
-    print("\n| run | jobs | jobs/s | statements/job | commits/job | vs floor |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for run in runs:
-        print(
-            f"| {run['label']} | {run['jobs']:,} | {run['rate']:.1f} | {run['statements']:.1f} "
-            f"| {run['commits']:.2f} | {run['rate'] / floor_rate:.2f}x |"
-        )
-    if int(os.environ.get("BENCH_WEBHOOK_JOBS", 2_000)):
-        from bench.webhooks import webhook_rows
+        scaling_table(main_run, runs, fair, floor_rate)
+        print(f"\nbench.engine without the webhook rows: {time.perf_counter() - started:.0f} s")
+        if int(os.environ.get("BENCH_WEBHOOK_JOBS", 2_000)):
+            from bench.webhooks import webhook_rows
 
-        webhook_rows(monitor, files)
-    connection.close()
-    file_server.terminate()
+            webhook_rows(monitor, files)
+            print(f"\nbench.engine in all: {time.perf_counter() - started:.0f} s")
+    finally:
+        connection.close()
+        file_server.terminate()
 
 
 if __name__ == "__main__":

@@ -50,12 +50,12 @@ def items(extractor, files: str, prefix: str, count: int) -> list[dict]:
     ]
 
 
-def bulk_create(extractor, files: str, actor, prefix: str) -> None:
+def bulk_create(extractor, files: str, actor, prefix: str, count: int) -> None:
     from django.db import connection
 
     from jobtracking.services import job_create_many
 
-    batch = items(extractor, files, prefix, A_JOBS)
+    batch = items(extractor, files, prefix, count)
     for start in range(0, len(batch), 500):
         job_create_many(items=batch[start : start + 500], actor=actor)
     connection.close()
@@ -69,7 +69,7 @@ def finished(extractor, actor) -> bool:
     return not jobs.filter(status__in=states.ACTIVE).exists()
 
 
-def throughput(extractor, actor) -> float:
+def throughput(extractor, actor, count: int) -> float:
     from django.db.models import Max, Min
 
     from jobtracking.models import ExtractionJob
@@ -77,20 +77,32 @@ def throughput(extractor, actor) -> float:
     span = ExtractionJob.objects.filter(extractor=extractor, requested_by=actor.user).aggregate(
         first=Min("created_at"), last=Max("completed_at")
     )
-    return A_JOBS / (span["last"] - span["first"]).total_seconds()
+    return count / (span["last"] - span["first"]).total_seconds()
 
 
-def run(files: str, *, with_b: bool) -> dict:
+def run(
+    files: str,
+    *,
+    with_b: bool,
+    a_count: int = A_JOBS,
+    b_count: int = B_JOBS,
+    stack_args: dict | None = None,
+) -> dict:
+    """One run on a fresh stack (`stack_args` for `start_stack`; two workers, one cluster, one
+    dispatcher unless given): A's backlog of `a_count` jobs, then, with `with_b`, B's `b_count`
+    singles. `bench.engine` calls it for its per-row fairness figure."""
     from bench.engine import new_extractor
     from jobtracking.models import ExtractionJob
     from tests.processes import wait_until
 
-    stack = start_stack(workers=2, clusters=1, dispatchers=1)
+    stack = start_stack(**(stack_args or {"workers": 2, "clusters": 1, "dispatchers": 1}))
     try:
         extractor = new_extractor(stack.sandbox_url)
         a, b = client("bench-client-a"), client("bench-client-b")
         tag = time.time_ns()
-        creator = threading.Thread(target=bulk_create, args=(extractor, files, a, f"a{tag}"))
+        creator = threading.Thread(
+            target=bulk_create, args=(extractor, files, a, f"a{tag}", a_count)
+        )
         creator.start()
         b_jobs, a_waiting = [], None
         if with_b:
@@ -98,7 +110,7 @@ def run(files: str, *, with_b: bool) -> dict:
 
             time.sleep(1)
             b_jobs = [
-                job_create(actor=b, **item) for item in items(extractor, files, f"b{tag}", B_JOBS)
+                job_create(actor=b, **item) for item in items(extractor, files, f"b{tag}", b_count)
             ]
             wait_until(lambda: finished(extractor, b), 600, "B's jobs")
             a_waiting = ExtractionJob.objects.filter(
@@ -108,7 +120,7 @@ def run(files: str, *, with_b: bool) -> dict:
         wait_until(lambda: finished(extractor, a), 3600, "A's jobs")
     finally:
         stop_stack(stack)
-    result = {"a_rate": throughput(extractor, a), "a_waiting": a_waiting}
+    result = {"a_rate": throughput(extractor, a, a_count), "a_waiting": a_waiting}
     if b_jobs:
         result |= b_times([job.pk for job in b_jobs])
     return result

@@ -122,7 +122,7 @@ def run(monitor: Monitor, files: str, mode: str | None, label: str, limit: float
         extractor = new_extractor(stack.sandbox_url)
         if receiver:
             subscription = WebhookSubscription.objects.create(
-                url=f"{receiver[0]}/hook", description="bench.webhooks"
+                url=f"{receiver[0]}/hook", description="bench.webhooks", all_jobs=True
             )
         started = time.perf_counter()
         create_jobs(extractor, JOBS, files)

@@ -1,6 +1,9 @@
 """Retention: terminal jobs are deleted, with their history, results, events and files, once they
-are older than the retention window of their status (`JOBS_RETENTION_DAYS`)."""
+are older than the retention window of their status (`JOBS_RETENTION_DAYS`). Upload files no job
+references (left by a crash or a rolled-back transaction) are swept daily."""
 
+import posixpath
+from collections.abc import Iterator
 from datetime import timedelta
 
 from django.conf import settings
@@ -66,3 +69,42 @@ def jobs_purge(*, ids: list) -> int:
 def _delete_rows(queryset: QuerySet) -> int:
     """One DELETE statement, with no cascade collection (callers delete dependants first)."""
     return queryset._raw_delete(queryset.db)
+
+
+# The first folder of the field's `upload_to` ("uploads/%Y/%m/%d/").
+UPLOADS_FOLDER = ExtractionJob._meta.get_field("upload").upload_to.split("/")[0]
+# A file younger than this may belong to a creation still in flight (saved before its insert).
+UPLOAD_SWEEP_MIN_AGE = timedelta(hours=1)
+
+
+def uploads_sweep(*, dry_run: bool = False) -> list[str]:
+    """Delete the files under the uploads folder that no job references and that are older than
+    `UPLOAD_SWEEP_MIN_AGE` (an upload is saved before its job is inserted). Returns their
+    names (with `dry_run`, the names that would go). Scheduled daily; safe to run any time."""
+    cutoff = timezone.now() - UPLOAD_SWEEP_MIN_AGE
+    old = [
+        name
+        for name in _stored_files(UPLOADS_FOLDER)
+        if default_storage.get_modified_time(name) < cutoff
+    ]
+    if not old:
+        return []
+    # Read after the listing: a job inserted meanwhile is seen, so its file is kept.
+    referenced = set(
+        ExtractionJob.objects.exclude(upload="").values_list("upload", flat=True).iterator()
+    )
+    unreferenced = [name for name in old if name not in referenced]
+    if not dry_run:
+        for name in unreferenced:
+            default_storage.delete(name)
+    return unreferenced
+
+
+def _stored_files(folder: str) -> Iterator[str]:
+    if not default_storage.exists(folder):
+        return
+    folders, files = default_storage.listdir(folder)
+    for name in files:
+        yield posixpath.join(folder, name)
+    for sub in folders:
+        yield from _stored_files(posixpath.join(folder, sub))

@@ -6,8 +6,10 @@ meanwhile is dropped from its batch. Retries are ours (job counters and due_at),
 broker's.
 """
 
+import dataclasses
 import functools
 import logging
+import re
 import socket
 import time
 from collections import defaultdict
@@ -233,14 +235,15 @@ def _submitted(job: ExtractionJob, call: Call, held_until: datetime | None) -> M
         if isinstance(error, TransientExtractorError):
             logger.warning("submission failed, will retry: %s", error.message)
             delay = backoff(extractor, token - 1, error.retry_after)
-            return submit_retry_move(
+            move = submit_retry_move(
                 job.pk,
                 lease_token=token,
                 max_attempts=extractor.max_submit_attempts,
-                error=error.message,
+                error=client_text(error.message),
                 http_status=error.http_status,
                 delay=delay,
             )
+            return _audit_full_error(move, error)
         if isinstance(error, PermanentExtractorError):
             return _fail(job, error, expected_from={states.SUBMITTING}, lease_token=token)
         submission = call.value
@@ -290,9 +293,12 @@ def _polled(
             logger.warning("poll failed, will retry: %s", error.message)
             next_poll_in = backoff(extractor, job.poll_error_count + 1, error.retry_after)
             move = poll_error_move(
-                job, error=error.message, http_status=error.http_status, next_poll_in=next_poll_in
+                job,
+                error=client_text(error.message),
+                http_status=error.http_status,
+                next_poll_in=next_poll_in,
             )
-            return move, None
+            return _audit_full_error(move, error), None
         if isinstance(error, PermanentExtractorError):
             return _fail(job, error, expected_from={job.status_id}), None
         result: PollResult = call.value
@@ -343,10 +349,32 @@ def _fail(
         job.pk,
         expected_from=expected_from,
         code=error.code,
-        message=error.message,
-        details={"http_status": error.http_status, "remote_code": error.remote_code},
+        message=client_text(error.message),
+        details={
+            "http_status": error.http_status,
+            "remote_code": error.remote_code,
+            "error": error.message,
+        },
         lease_token=lease_token,
     )
+
+
+# Where a call went, as the extraction clients begin their messages ("POST host:port/path: ").
+CALL_LOCATION = re.compile(r"\b(?:GET|POST|PUT|PATCH|DELETE) \S+: ")
+
+
+def client_text(message: str) -> str:
+    """An extractor error as clients read it (the job's error message and events, its history,
+    the extractor's health): the status and the extractor's own words, without the internal
+    host and port, which staff find in the audit row's details and in the logs."""
+    return CALL_LOCATION.sub("", message)
+
+
+def _audit_full_error(move: Move, error: ExtractorError) -> Move:
+    """`move`, its audit row keeping the error's full text for staff."""
+    if move.details is None:  # no audit row
+        return move
+    return dataclasses.replace(move, details={**move.details, "error": error.message})
 
 
 def _cancel_dropped_submissions(

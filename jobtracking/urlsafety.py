@@ -79,7 +79,7 @@ def _public_addresses(host: str, port: int) -> list[str]:
         if any(address in network for network in allowed):
             continue
         for candidate in (address, *embedded_ipv4(address)):
-            if not candidate.is_global or candidate.is_multicast:
+            if not is_public(candidate):
                 described = address_class(candidate)
                 if candidate is not address:
                     described = f"{described} {candidate} inside {address}"
@@ -91,6 +91,56 @@ def _public_addresses(host: str, port: int) -> list[str]:
 
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+IPV4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+# Written out rather than left to `is_global`: Python's own tables were wrong before 3.11.10
+# (CVE-2024-4032), and the install may run an older 3.11. The rows of IANA's special-purpose
+# registries that are not globally reachable (without the registry's few exceptions inside
+# them), multicast, the deprecated site-local range, and the translation prefixes whose
+# target is the operator's to choose: local-use NAT64 (RFC 8215) and SIIT's `::ffff:0:0:0/96`.
+NON_PUBLIC_NETWORKS = tuple(
+    ipaddress.ip_network(network)
+    for network in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/128",
+        "::1/128",
+        "::ffff:0:0:0/96",
+        "64:ff9b:1::/48",
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "2002::/16",
+        "3fff::/20",
+        "fc00::/7",
+        "fe80::/10",
+        "fec0::/10",
+        "ff00::/8",
+    )
+)
+
+
+def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether `address` may be connected to: global by our table and by Python's, and not
+    reserved. The well-known NAT64 prefix and IPv4-mapped addresses are reserved in Python's
+    eyes yet only carry an IPv4 address, which `embedded_ipv4` hands to this check too."""
+    if any(address in network for network in NON_PUBLIC_NETWORKS):
+        return False
+    if address.is_reserved and not (address in NAT64 or address in IPV4_MAPPED):
+        return False
+    return address.is_global and not address.is_multicast
 
 
 def embedded_ipv4(address) -> list[ipaddress.IPv4Address]:
@@ -105,8 +155,16 @@ def embedded_ipv4(address) -> list[ipaddress.IPv4Address]:
 
 
 def address_class(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    for name in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
-        if getattr(address, f"is_{name}"):
+    for name in (
+        "loopback",
+        "link_local",
+        "site_local",
+        "private",
+        "multicast",
+        "reserved",
+        "unspecified",
+    ):
+        if getattr(address, f"is_{name}", False):
             return name.replace("_", "-")
     return "not global"
 

@@ -2,6 +2,7 @@ import pytest
 import requests
 from django.core.cache import cache
 
+from extraction.sandbox.server import control_headers
 from jobtracking.services import Actor
 from tests.factories import ExtractorFactory, UserFactory
 from tests.processes import answers, free_port, start_command, stop, wait_until
@@ -57,24 +58,32 @@ def seeded_statuses(transactional_db):
 
 
 class Sandbox:
-    """A handle on the running sandbox extractor process."""
+    """A handle on the running sandbox extractor process (its control routes take a token)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
 
+    def control(self, method: str, route: str, **kwargs) -> requests.Response:
+        answer = requests.request(
+            method, f"{self.url}/_sandbox/{route}", headers=control_headers(), timeout=5, **kwargs
+        )
+        answer.raise_for_status()
+        return answer
+
     def configure(self, **settings) -> None:
-        requests.post(f"{self.url}/_sandbox/config", json=settings, timeout=5).raise_for_status()
+        self.control("POST", "config", json=settings)
 
     def stats(self) -> dict:
-        return requests.get(f"{self.url}/_sandbox/stats", timeout=5).json()
+        return self.control("GET", "stats").json()
+
+    def webhooks(self) -> list[dict]:
+        return self.control("GET", "webhooks").json()
 
     def reset(self) -> None:
-        requests.post(f"{self.url}/_sandbox/reset", timeout=5).raise_for_status()
+        self.control("POST", "reset")
 
     def outage(self, seconds: float) -> None:
-        requests.post(
-            f"{self.url}/_sandbox/outage", json={"seconds": seconds}, timeout=5
-        ).raise_for_status()
+        self.control("POST", "outage", json={"seconds": seconds})
 
 
 SANDBOX_DEFAULTS = {
@@ -99,7 +108,13 @@ def sandbox_process(tmp_path_factory):
     """One real `run_sandbox_extractor` process for the whole session."""
     port = free_port()
     log = tmp_path_factory.mktemp("sandbox") / "sandbox.log"
-    process = start_command("run_sandbox_extractor", "--port", str(port), "--seed", "7", log=log)
+    process = start_command(
+        "run_sandbox_extractor",
+        *("--port", str(port), "--seed", "7"),
+        # Tests serve the documents it fetches on loopback (its fetches go through the URL guard).
+        env={"OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8"},
+        log=log,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: answers(f"{url}/healthz"), 20, "the sandbox extractor")

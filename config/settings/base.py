@@ -59,6 +59,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.csp.ContentSecurityPolicyMiddleware",
     "jobtracking.api.errors.ApiProblemMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -70,6 +71,10 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# Messages in the (database) session, not in a cookie: a cookie is signed but readable by
+# whoever holds it, and some messages carry secrets shown once (a webhook's signing secret).
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 # Password logins (the admin) go through django-axes first: after AXES_FAILURE_LIMIT failures for
 # one username from one address, that pair is locked out for AXES_COOLOFF_TIME.
 AUTHENTICATION_BACKENDS = [
@@ -80,9 +85,14 @@ AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("AXES_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# The same client address as the API's brake, through the trusted proxies.
+AXES_CLIENT_IP_CALLABLE = "jobtracking.api.auth.client_address"
 # API tokens: failed authentications per client address in a window, before 429.
 API_AUTH_FAILURE_LIMIT = int(os.environ.get("API_AUTH_FAILURE_LIMIT", "10"))
 API_AUTH_FAILURE_WINDOW_SECONDS = int(os.environ.get("API_AUTH_FAILURE_WINDOW_SECONDS", "300"))
+# Reverse proxies in front of Django: 0 takes the client's address from REMOTE_ADDR; N from the
+# Nth entry from the right of X-Forwarded-For (see jobtracking.api.auth.client_address).
+API_TRUSTED_PROXY_COUNT = int(os.environ.get("API_TRUSTED_PROXY_COUNT", "0"))
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

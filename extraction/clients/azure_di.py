@@ -15,11 +15,12 @@ from extraction.clients.base import (
     ExtractorClient,
     PollResult,
     RemoteStatus,
+    Response,
     Submission,
     SubmitRequest,
     describe,
 )
-from extraction.errors import TransientExtractorError
+from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
 from extraction.redaction import redact_text
 
 API_VERSION = "2024-11-30"
@@ -49,6 +50,19 @@ QUERY_OPTIONS = {
 }
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) with the scheme's default port filled in; None if unreadable."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    return parts.scheme.lower(), parts.hostname or "", port
+
+
 def _query_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ",".join(str(item) for item in value)
@@ -63,6 +77,23 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
         if self.config.api_key:
             headers[KEY_HEADER] = self.config.api_key
         return headers
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Response:
+        # The key goes with every call, so only to the extractor's own origin: this also
+        # covers a poll location stored before `submit` checked them.
+        self._check_origin(url, describe(method, url))
+        return super().request(method, url, **kwargs)
+
+    def _check_origin(self, url: str, where: str, http_status: int | None = None) -> None:
+        """Refuse a URL on another scheme (an https→http downgrade), host or port than the
+        extractor's base URL: an Operation-Location there would receive the key."""
+        own, theirs = _origin(self.config.base_url), _origin(url)
+        if theirs is None or theirs != own:
+            raise PermanentExtractorError(
+                f"{where}: the location is not on the extractor's own scheme, host and port",
+                code=ErrorCode.INVALID_RESPONSE,
+                http_status=http_status,
+            )
 
     def analyze_url(self) -> str:
         model = quote(self.config.model_id or "prebuilt-layout", safe="")
@@ -88,6 +119,7 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
                 f"{describe('POST', url)}: HTTP {response.status_code} without Operation-Location",
                 http_status=response.status_code,
             )
+        self._check_origin(location, describe("POST", url), response.status_code)
         return Submission(
             external_id=urlsplit(location).path.rstrip("/").rsplit("/", 1)[-1],
             poll_url=location,

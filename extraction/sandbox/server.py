@@ -5,7 +5,12 @@ It really extracts (see `extract.py`) and injects faults on demand: latency, tra
 responses. It honours Idempotency-Key
 and keeps counters (submissions per key, poll times, polls that came before the Retry-After it
 gave) at `GET /_sandbox/stats`, so tests can prove what a client did. For the demo it is also a
-webhook receiver (`POST`/`GET /_sandbox/webhooks`). State lives in memory.
+webhook receiver (`POST`/`GET /_sandbox/webhooks`). State lives in memory, bounded: finished jobs
+are forgotten after `job_retention` seconds and results kept up to `max_result_bytes`.
+
+Every `/_sandbox/...` route but the webhook receiver's POST needs the `X-Sandbox-Token` header
+(see `control_token`): a client of the service can make the sandbox fetch a URL, and the service
+post a webhook, but neither can add a header.
 
 An outage makes it answer 503 (a JSON error, no Retry-After) to every `/v1/...` request while
 `/_sandbox/...` and `/healthz` keep working: for the first N seconds after start
@@ -14,21 +19,26 @@ An outage makes it answer 503 (a JSON error, no Retry-After) to every `/v1/...` 
 result, cancel); `POST /_sandbox/reset` clears them and ends the outage.
 """
 
+import hashlib
+import hmac
 import json
 import logging
+import os
 import random
 import re
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import asdict, dataclass, field, replace
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
+from django.utils.crypto import salted_hmac
 
 from extraction.sandbox.extract import (
     CorruptDocumentError,
@@ -36,15 +46,31 @@ from extraction.sandbox.extract import (
     UnsupportedDocumentError,
     extract,
 )
+from jobtracking.urlsafety import PinnedAdapter, UnsafeURLError, check_public_url
 
 logger = logging.getLogger(__name__)
 
 JOB_PATH = re.compile(r"^/v1/extractions/([\w-]+)(/result)?$")
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+MAX_WEBHOOK_BYTES = 1024 * 1024
+MAX_FETCHERS = 32  # kept-alive sessions, one per address documents come from
 EARLY_POLL_TOLERANCE = 0.05  # seconds of clock and scheduling slack
 # Benchmarks open many connections at once, and each SYN an overflowing backlog drops costs the
 # client a 1 s retransmit (Linux caps it at net.core.somaxconn).
 LISTEN_BACKLOG = 1024
+CONTROL_TOKEN_HEADER = "X-Sandbox-Token"
+
+
+def control_token() -> str:
+    """The token the control and inspection routes ask for: SANDBOX_CONTROL_TOKEN (`make run` sets
+    a random one), else one derived from the secret key, which the test helpers and benchmarks
+    share with the sandbox they start."""
+    token = os.environ.get("SANDBOX_CONTROL_TOKEN")
+    return token or salted_hmac("extraction.sandbox", "control-token").hexdigest()
+
+
+def control_headers() -> dict[str, str]:
+    return {CONTROL_TOKEN_HEADER: control_token()}
 
 
 @dataclass
@@ -67,6 +93,11 @@ class SandboxConfig:
     poll_rate_limit: float = 0.0
     api_key: str = field(default="", repr=False)
     seed: int | None = None
+    # Memory: a job is forgotten `job_retention` seconds after it ends (a poll then answers 404,
+    # as for a lost job); results are kept up to `max_result_bytes`, the least recently used
+    # dropped first (their jobs are then forgotten too).
+    job_retention: float = 600.0
+    max_result_bytes: int = 256 << 20
 
 
 @dataclass
@@ -94,7 +125,7 @@ class SandboxJob:
     id: str
     created: float
     duration: float
-    result: dict[str, Any] | None
+    result_key: tuple[bytes, str, str] | None  # in SandboxState.results
     error: dict[str, str] | None
     lost: bool = False
     canceled: bool = False
@@ -116,13 +147,17 @@ class SandboxState:
         self.config = config
         self.lock = threading.Lock()
         self.random = random.Random(config.seed)
-        # Kept-alive connections to the servers documents come from.
-        self.fetcher = requests.Session()
+        self.fetchers: OrderedDict[str | None, requests.Session] = OrderedDict()
         self.reset()
 
     def reset(self) -> None:
         with self.lock:
-            self.jobs: dict[str, SandboxJob] = {}
+            self.jobs: OrderedDict[str, SandboxJob] = OrderedDict()  # oldest first
+            # Encoded results by (content digest, file name, content type), least recently used
+            # first: benchmarks send the same few files thousands of times, and parsing a PDF
+            # costs more than all the rest of a submission.
+            self.results: OrderedDict[tuple[bytes, str, str], bytes] = OrderedDict()
+            self.result_bytes = 0
             self.job_by_key: dict[str, str] = {}
             self.posts_by_key: Counter[str] = Counter()
             self.created_by_key: Counter[str] = Counter()
@@ -146,6 +181,69 @@ class SandboxState:
 
     def down(self) -> bool:
         return time.monotonic() < self.down_until
+
+    def fetcher(self, address: str | None) -> requests.Session:
+        """A session whose kept-alive connections go to `address`, the one the URL guard approved
+        (None: a host the settings allow by name). Proxies from the environment are ignored:
+        they would connect elsewhere."""
+        with self.lock:
+            session = self.fetchers.get(address)
+            if session is None:
+                session = self.fetchers[address] = requests.Session()
+                session.trust_env = False
+                if address:
+                    adapter = PinnedAdapter(address)
+                    session.mount("http://", adapter)
+                    session.mount("https://", adapter)
+                if len(self.fetchers) > MAX_FETCHERS:
+                    self.fetchers.popitem(last=False)[1].close()
+            self.fetchers.move_to_end(address)
+            return session
+
+    def keep_result(self, key: tuple[bytes, str, str], data: bytes) -> None:
+        """Keep an encoded result, dropping the least recently used past `max_result_bytes`."""
+        with self.lock:
+            self.result_bytes += len(data) - len(self.results.pop(key, b""))
+            self.results[key] = data
+            while self.result_bytes > self.config.max_result_bytes:
+                self.result_bytes -= len(self.results.popitem(last=False)[1])
+
+    def cached_result(self, key: tuple[bytes, str, str]) -> bytes | None:
+        with self.lock:
+            data = self.results.get(key)
+            if data is not None:
+                self.results.move_to_end(key)
+            return data
+
+    def job(self, job_id: str) -> SandboxJob | None:
+        """The job, unless lost, forgotten, or its result dropped."""
+        with self.lock:
+            self.forget_ended(time.time())
+            job = self.jobs.get(job_id)
+            if job is None or job.lost or (job.result_key and job.result_key not in self.results):
+                return None
+            return job
+
+    def add_job(self, job: SandboxJob) -> None:
+        """Keep a new job (the caller holds the lock)."""
+        self.forget_ended(job.created)
+        self.jobs[job.id] = job
+        if job.idempotency_key:
+            self.job_by_key[job.idempotency_key] = job.id
+            self.created_by_key[job.idempotency_key] += 1
+
+    def forget_ended(self, now: float) -> None:
+        """Forget the jobs that ended over `job_retention` seconds ago, oldest first, with their
+        poll records (the caller holds the lock). The counters per key stay."""
+        while self.jobs:
+            job = next(iter(self.jobs.values()))
+            if now < job.created + job.duration + self.config.job_retention:
+                return
+            del self.jobs[job.id]
+            self.polls.pop(job.id, None)
+            self.not_before.pop(job.id, None)
+            if self.job_by_key.get(job.idempotency_key) == job.id:
+                del self.job_by_key[job.idempotency_key]
 
     def rate_limited(self, kind: str) -> float:
         """0 if a `kind` request ("submit" or "poll") is within its limit, else the seconds to
@@ -171,6 +269,8 @@ class SandboxState:
             return {
                 "config": {k: v for k, v in asdict(self.config).items() if k != "api_key"},
                 "jobs": len(self.jobs),
+                "results": len(self.results),
+                "result_bytes": self.result_bytes,
                 "posts_by_key": dict(self.posts_by_key),
                 "created_by_key": dict(self.created_by_key),
                 "duplicate_keys": sorted(k for k, n in self.created_by_key.items() if n > 1),
@@ -211,7 +311,9 @@ class SandboxHandler(BaseHTTPRequestHandler):
         super().send_response(code, message)
 
     def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
+        self.send_encoded(status, json.dumps(body).encode(), headers)
+
+    def send_encoded(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -234,26 +336,42 @@ class SandboxHandler(BaseHTTPRequestHandler):
     # Routing
 
     def do_GET(self) -> None:
-        if self.path == "/_sandbox/stats":
-            return self.send_json(200, self.state.stats())
         if self.path == "/healthz":
             return self.send_json(200, {"ok": True})
-        if self.path == "/_sandbox/webhooks":
-            with self.state.lock:
-                return self.send_json(200, list(self.state.webhooks))
+        if self.path.startswith("/_sandbox/"):
+            return self.control("GET")
         self.route("GET")
 
     def do_POST(self) -> None:
-        if self.path == "/_sandbox/reset":
+        if self.path == "/_sandbox/webhooks":
+            # Open: the service's deliveries carry no token. Write-only and bounded.
+            return self.receive_webhook()
+        if self.path.startswith("/_sandbox/"):
+            return self.control("POST")
+        self.route("POST")
+
+    def control(self, method: str) -> None:
+        """The control and inspection routes, for whoever holds the control token."""
+        given = self.headers.get(CONTROL_TOKEN_HEADER, "").encode()
+        if not hmac.compare_digest(given, self.server.control_token.encode()):
+            self.close_connection = True  # the body, if any, is left unread
+            message = f"The /_sandbox/ routes need the {CONTROL_TOKEN_HEADER} header."
+            return self.send_error_json(401, "unauthorized", message)
+        if (method, self.path) == ("GET", "/_sandbox/stats"):
+            return self.send_json(200, self.state.stats())
+        if (method, self.path) == ("GET", "/_sandbox/webhooks"):
+            with self.state.lock:
+                webhooks = list(self.state.webhooks)
+            return self.send_json(200, webhooks)
+        if (method, self.path) == ("POST", "/_sandbox/reset"):
             self.state.reset()
             return self.send_json(200, {"ok": True})
-        if self.path == "/_sandbox/config":
+        if (method, self.path) == ("POST", "/_sandbox/config"):
             return self.configure()
-        if self.path == "/_sandbox/outage":
+        if (method, self.path) == ("POST", "/_sandbox/outage"):
             return self.start_outage()
-        if self.path == "/_sandbox/webhooks":
-            return self.receive_webhook()
-        self.route("POST")
+        self.close_connection = True
+        self.send_error_json(404, "not_found", f"No route for {method} {self.path}.")
 
     def do_DELETE(self) -> None:
         self.route("DELETE")
@@ -319,7 +437,9 @@ class SandboxHandler(BaseHTTPRequestHandler):
 
     def receive_webhook(self) -> None:
         """A demo webhook receiver: keeps the last deliveries it got (headers and body)."""
-        body = self.read_body() or b""
+        body = self.read_body(MAX_WEBHOOK_BYTES)
+        if body is None:
+            return
         entry = {
             "headers": {k: v for k, v in self.headers.items() if k.lower().startswith("webhook-")},
             "body": body.decode("utf-8", "replace"),
@@ -328,11 +448,11 @@ class SandboxHandler(BaseHTTPRequestHandler):
             self.state.webhooks.append(entry)
         self.send_json(200, {"received": True})
 
-    def read_body(self) -> bytes | None:
+    def read_body(self, limit: int = MAX_UPLOAD_BYTES) -> bytes | None:
         length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_UPLOAD_BYTES:
+        if length > limit:
             self.close_connection = True
-            self.send_error_json(413, "too_large", "The document is too large.")
+            self.send_error_json(413, "too_large", "The body is too large.")
             return None
         return self.rfile.read(length) if length else b""
 
@@ -397,18 +517,24 @@ class SandboxHandler(BaseHTTPRequestHandler):
             content, file_name, content_type, options = self.document(body)
         except ValueError as error:
             return self.send_error_json(400, "bad_request", str(error))
-        try:
-            result, error = extract(content, file_name, content_type), None
-        except UnsupportedDocumentError as unsupported:
-            return self.send_error_json(415, "unsupported_media_type", str(unsupported))
-        except DocumentTooLargeError as too_large:
-            result, error = None, {"code": "document_too_large", "message": str(too_large)}
-        except CorruptDocumentError as corrupt:
-            result, error = None, {"code": "corrupt_document", "message": str(corrupt)}
+        # The upload is not kept, only its result (once for every upload of the same file).
+        result_key = (hashlib.sha256(content).digest(), file_name, content_type)
+        error = None
+        if self.state.cached_result(result_key) is None:
+            try:
+                result = extract(content, file_name, content_type)
+            except UnsupportedDocumentError as unsupported:
+                return self.send_error_json(415, "unsupported_media_type", str(unsupported))
+            except DocumentTooLargeError as too_large:
+                error = {"code": "document_too_large", "message": str(too_large)}
+            except CorruptDocumentError as corrupt:
+                error = {"code": "corrupt_document", "message": str(corrupt)}
+            else:
+                self.state.keep_result(result_key, json.dumps(result).encode())
         config = self.state.config
         if error is None and self.state.chance(config.permanent_failure_rate):
             self.count_fault("permanent_failure")
-            result, error = None, {"code": "extraction_failed", "message": "Injected failure."}
+            error = {"code": "extraction_failed", "message": "Injected failure."}
         with self.state.lock:
             if key and key in self.state.job_by_key:  # a concurrent twin won the race
                 return self.send_json(200, {"id": self.state.job_by_key[key], "status": "queued"})
@@ -416,15 +542,12 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 id=str(uuid.uuid4()),
                 created=time.time(),
                 duration=self.state.random.uniform(config.latency_min, config.latency_max),
-                result=result,
+                result_key=None if error else result_key,
                 error=error,
                 lost=config.lost_rate > 0 and self.state.random.random() < config.lost_rate,
                 idempotency_key=key,
             )
-            self.state.jobs[job.id] = job
-            if key:
-                self.state.job_by_key[key] = job.id
-                self.state.created_by_key[key] += 1
+            self.state.add_job(job)
         self.send_json(202, {"id": job.id, "status": "queued", "options": options})
 
     def document(self, body: bytes) -> tuple[bytes, str, str, dict[str, Any]]:
@@ -459,10 +582,18 @@ class SandboxHandler(BaseHTTPRequestHandler):
         return content, name, fetched_type, data.get("options") or {}
 
     def fetch(self, url: str) -> tuple[bytes, str]:
-        """The document at `url`: no redirects followed, at most MAX_UPLOAD_BYTES read."""
+        """The document at `url`, checked by the service's URL guard (under the sandbox's settings)
+        and fetched from the address it approved, whatever the name resolves to by then (DNS
+        rebinding): no redirects followed, at most MAX_UPLOAD_BYTES read."""
         try:
-            with self.state.fetcher.get(
-                url, timeout=(5, 30), allow_redirects=False, stream=True
+            addresses = check_public_url(url)
+        except UnsafeURLError as error:
+            raise ValueError(f"Cannot fetch the document: {error.message}") from None
+        address = addresses[0] if addresses else None
+        headers = {"Host": urlsplit(url).netloc} if address else {}
+        try:
+            with self.state.fetcher(address).get(
+                url, headers=headers, timeout=(5, 30), allow_redirects=False, stream=True
             ) as fetched:
                 if fetched.is_redirect:
                     raise ValueError("The document's URL redirects; redirects are not followed.")
@@ -476,9 +607,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
         return content, media
 
     def find(self, job_id: str) -> SandboxJob | None:
-        with self.state.lock:
-            job = self.state.jobs.get(job_id)
-        if job is None or job.lost:
+        job = self.state.job(job_id)
+        if job is None:
             self.send_error_json(404, "not_found", f"No extraction {job_id}.")
             return None
         return job
@@ -486,10 +616,12 @@ class SandboxHandler(BaseHTTPRequestHandler):
     def poll(self, job_id: str) -> None:
         now = time.time()
         with self.state.lock:
-            self.state.polls[job_id].append(now)
-            not_before = self.state.not_before.get(job_id)
-            if not_before is not None and now < not_before - EARLY_POLL_TOLERANCE:
-                self.state.early_polls.append({"job": job_id, "at": now, "not_before": not_before})
+            if job_id in self.state.jobs:  # no record kept for ids made up or forgotten
+                self.state.polls[job_id].append(now)
+                not_before = self.state.not_before.get(job_id)
+                if not_before is not None and now < not_before - EARLY_POLL_TOLERANCE:
+                    early = {"job": job_id, "at": now, "not_before": not_before}
+                    self.state.early_polls.append(early)
         job = self.find(job_id)
         if job is None:
             return
@@ -512,7 +644,10 @@ class SandboxHandler(BaseHTTPRequestHandler):
         status, _ = job.status(time.time())
         if status != "succeeded":
             return self.send_error_json(409, "not_ready", f"The extraction is {status}.")
-        self.send_json(200, job.result)
+        data = self.state.cached_result(job.result_key)
+        if data is None:  # dropped since
+            return self.send_error_json(404, "not_found", f"No extraction {job_id}.")
+        self.send_encoded(200, data)
 
     def cancel(self, job_id: str) -> None:
         job = self.find(job_id)
@@ -533,3 +668,9 @@ class SandboxServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], config: SandboxConfig) -> None:
         super().__init__(address, SandboxHandler)
         self.state = SandboxState(config)
+        self.control_token = control_token()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"

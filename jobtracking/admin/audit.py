@@ -4,14 +4,13 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from jobtracking.admin.common import ReadOnlyAdmin, moment, status_badge
+from jobtracking.admin.common import JobScopedAdmin, ReadOnlyAdmin, moment, status_badge
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.models import ExtractionResult, JobEvent, JobStatus, JobStatusChange
-from jobtracking.selectors import VIEW_ALL
 
 
 @admin.register(JobStatusChange)
-class JobStatusChangeAdmin(ReadOnlyAdmin):
+class JobStatusChangeAdmin(JobScopedAdmin):
     list_display = [
         "changed",
         "job_link",
@@ -22,19 +21,19 @@ class JobStatusChangeAdmin(ReadOnlyAdmin):
         "actor",
         "reason",
     ]
-    list_filter = ["to_status", "actor_type", "actor", ("changed_at", admin.DateFieldListFilter)]
+    # The actors to filter by are those of the changes in the staff member's reach, not every user.
+    list_filter = [
+        "to_status",
+        "actor_type",
+        ("actor", admin.RelatedOnlyFieldListFilter),
+        ("changed_at", admin.DateFieldListFilter),
+    ]
     search_fields = ["=job__id"]
     list_select_related = ["actor"]
     list_per_page = 100
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     ordering = ["-changed_at"]
-
-    def get_queryset(self, request):
-        changes = super().get_queryset(request)
-        if request.user.has_perm(VIEW_ALL):
-            return changes
-        return changes.filter(job__requested_by=request.user)
 
     @admin.display(description="changed at", ordering="changed_at")
     def changed(self, change: JobStatusChange) -> str:
@@ -55,5 +54,5 @@ class JobStatusAdmin(ReadOnlyAdmin):
     list_display = ["code", "label", "terminal", "description"]
 
 
-admin.site.register(ExtractionResult, ReadOnlyAdmin)
-admin.site.register(JobEvent, ReadOnlyAdmin)
+admin.site.register(ExtractionResult, JobScopedAdmin)
+admin.site.register(JobEvent, JobScopedAdmin)

@@ -70,7 +70,8 @@ def timeline(job: ExtractionJob, now: datetime) -> list[dict[str, Any]]:
 
 def page_texts(payload: Any) -> list[tuple[Any, str]]:
     """The text of each page, whichever extractor wrote the payload: the job protocol's
-    `pages[].text`, or Azure's `pages[].lines[].content` (else the page's spans of `content`)."""
+    `pages[].text`, or Azure's `pages[].lines[].content` (else the page's spans of `content`).
+    The payload is the extractor's word: whatever does not have the expected shape is skipped."""
     if not isinstance(payload, dict) or not isinstance(payload.get("pages"), list):
         return []
     content = payload.get("content") if isinstance(payload.get("content"), str) else ""
@@ -81,14 +82,25 @@ def page_texts(payload: Any) -> list[tuple[Any, str]]:
         if isinstance(page.get("text"), str):
             text = page["text"]
         elif isinstance(page.get("lines"), list):
-            text = "\n".join(str(line.get("content", "")) for line in page["lines"])
-        else:
-            text = "".join(
-                content[s.get("offset", 0) : s.get("offset", 0) + s.get("length", 0)]
-                for s in page.get("spans", [])
+            text = "\n".join(
+                str(line.get("content", "")) for line in page["lines"] if isinstance(line, dict)
             )
+        else:
+            spans = page.get("spans") if isinstance(page.get("spans"), list) else []
+            text = "".join(span_text(content, span) for span in spans)
         texts.append((page.get("number", page.get("pageNumber", number)), text))
     return texts
+
+
+def span_text(content: str, span: Any) -> str:
+    """The part of `content` a span names; nothing unless its offset and length are whole
+    numbers (not booleans) of at least 0."""
+    if not isinstance(span, dict):
+        return ""
+    offset, length = span.get("offset", 0), span.get("length", 0)
+    if not all(type(value) is int and value >= 0 for value in (offset, length)):
+        return ""
+    return content[offset : offset + length]
 
 
 class JobActForm(forms.Form):

@@ -1,6 +1,7 @@
 """Token authentication with hashed tokens: `Authorization: Token <key>` (or `Bearer <key>`)."""
 
 import hashlib
+import ipaddress
 import logging
 import secrets
 from datetime import timedelta
@@ -32,14 +33,39 @@ def token_issue(*, user: AbstractBaseUser) -> str:
     return key
 
 
-def _failures_key(request) -> str:
-    return f"api-auth-failures:{request.META.get('REMOTE_ADDR', '')}"
+def client_address(request) -> str:
+    """The client's address. Behind `API_TRUSTED_PROXY_COUNT` proxies, REMOTE_ADDR is the last
+    proxy's for every client: then it is the entry that many places from the right of
+    X-Forwarded-For (each proxy appends the address it was called from; entries further left
+    are whatever the client sent), as django-axes counts. REMOTE_ADDR when the header is short
+    or that entry is not an address (a request that bypassed a proxy)."""
+    remote = request.META.get("REMOTE_ADDR", "")
+    count = settings.API_TRUSTED_PROXY_COUNT
+    if count <= 0:
+        return remote
+    forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    if len(forwarded) < count:
+        return remote
+    try:
+        return str(ipaddress.ip_address(forwarded[-count]))
+    except ValueError:
+        return remote
 
 
-def _refuse(request, reason: str) -> exceptions.AuthenticationFailed:
-    """Count a failed authentication against the client's address and log it (never the
-    token)."""
-    key = _failures_key(request)
+def _failures_key(address: str) -> str:
+    return f"api-auth-failures:{address}"
+
+
+def _refuse(request, reason: str) -> exceptions.APIException:
+    """A failed authentication: counted against the client's address and logged (never the
+    token), or, past `API_AUTH_FAILURE_LIMIT` in the window, 429 until the window ends."""
+    address = client_address(request)
+    key = _failures_key(address)
+    if cache.get(key, 0) >= settings.API_AUTH_FAILURE_LIMIT:
+        return exceptions.Throttled(
+            wait=settings.API_AUTH_FAILURE_WINDOW_SECONDS,
+            detail="Too many failed authentications from this address.",
+        )
     cache.add(key, 0, settings.API_AUTH_FAILURE_WINDOW_SECONDS)
     try:
         failures = cache.incr(key)
@@ -47,7 +73,7 @@ def _refuse(request, reason: str) -> exceptions.AuthenticationFailed:
         failures = 1
     logger.warning(
         "API authentication failed from %s (%s; %d in the window)",
-        request.META.get("REMOTE_ADDR", "?"),
+        address or "?",
         reason,
         failures,
     )
@@ -67,18 +93,14 @@ def _load_token(digest: str) -> ApiToken | None:
 
 class HashedTokenAuthentication(BaseAuthentication):
     """Also the brute-force brake: an address with `API_AUTH_FAILURE_LIMIT` failed attempts in
-    the window gets 429 for any token, right or wrong, until the window ends."""
+    the window gets 429 for its further wrong tokens until the window ends. A right token is
+    always accepted: behind a proxy many clients share an address, and one of them guessing
+    must not lock the others out."""
 
     def authenticate(self, request):
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() not in KEYWORDS:
             return None
-        failures = cache.get(_failures_key(request), 0)
-        if failures >= settings.API_AUTH_FAILURE_LIMIT:
-            raise exceptions.Throttled(
-                wait=settings.API_AUTH_FAILURE_WINDOW_SECONDS,
-                detail="Too many failed authentications from this address.",
-            )
         if len(parts) != 2:
             raise _refuse(request, "Malformed Authorization header.")
         try:

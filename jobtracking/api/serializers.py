@@ -24,6 +24,7 @@ from jobtracking.models import (
     Priority,
 )
 from jobtracking.recent import Recent
+from jobtracking.tasks import client_text
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
 # Output
@@ -253,6 +254,17 @@ class JobStatusChangeSerializer(serializers.ModelSerializer):
             "details",
         ]
 
+    def to_representation(self, change: JobStatusChange) -> dict[str, Any]:
+        # The audit row keeps where an extractor call went, for staff; clients get the rest.
+        data = super().to_representation(change)
+        data["reason"] = client_text(data["reason"])
+        if isinstance(data["details"], dict):
+            data["details"] = {
+                name: client_text(value) if isinstance(value, str) else value
+                for name, value in data["details"].items()
+            }
+        return data
+
 
 class ExtractionResultSerializer(serializers.ModelSerializer):
     job = serializers.UUIDField(source="job_id")
@@ -337,7 +349,7 @@ class ExtractorSerializer(serializers.ModelSerializer):
             {
                 "state": health.state,
                 "since": health.since,
-                "last_error": health.last_error,
+                "last_error": client_text(health.last_error),
                 "next_probe_at": health.probe_at if health.state == CircuitState.OPEN else None,
                 "paused_reason": health.reason,
             }

@@ -5,7 +5,11 @@ dispatcher (`jobtracking.wakeup`), which hands it to a worker as soon as it has 
 import contextlib
 import functools
 import json
+import logging
+import re
+import uuid
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from django.conf import settings
@@ -45,6 +49,10 @@ from jobtracking.webhooks import (
     fan_out_statement,
     fan_out_values,
 )
+
+logger = logging.getLogger(__name__)
+
+SAFE_EXTENSION = re.compile(r"\.[a-z0-9]{1,10}")
 
 
 def _json_size(value: Any) -> int:
@@ -124,17 +132,46 @@ def job_create(
         idempotency_key=idempotency_key,
         request_fingerprint=request_fingerprint,
     )
-    if upload is not None:
-        job.upload.save(upload.name or file_name or "upload", upload, save=False)
-    try:
-        inserted = _insert_created([job], actor=actor, reason=reason, now=now)
-    except IntegrityError:
-        if error := active_job_error(extractor, file_id):
-            raise error from None
-        raise
-    if job.pk not in inserted:
-        raise active_job_error(extractor, file_id) or _held_meanwhile(extractor, file_id)
+    with _upload_stored(job, upload, file_name):
+        try:
+            inserted = _insert_created([job], actor=actor, reason=reason, now=now)
+        except IntegrityError:
+            if error := active_job_error(extractor, file_id):
+                raise error from None
+            raise
+        if job.pk not in inserted:
+            raise active_job_error(extractor, file_id) or _held_meanwhile(extractor, file_id)
     return job
+
+
+@contextlib.contextmanager
+def _upload_stored(job: ExtractionJob, upload: File | None, file_name: str):
+    """Saves the upload for `job` under a generated name (`file_name` keeps the client's, which
+    may be longer than a file system allows), and deletes it again unless the block completes:
+    a refused job (409, an idempotent twin) leaves no file behind. A file left by a caller's
+    transaction that rolled back is for `uploads_sweep`."""
+    if upload is None:
+        yield
+        return
+    job.upload.save(upload_storage_name(upload.name or file_name), upload, save=False)
+    try:
+        yield
+    except BaseException:
+        name = job.upload.name
+        try:
+            job.upload.delete(save=False)
+        except Exception:  # the original error matters more; the sweep retries
+            logger.exception("Could not delete the refused upload %s", name)
+        raise
+
+
+def upload_storage_name(client_name: str) -> str:
+    """A fresh name for an upload (its folder comes from the field's `upload_to`): a UUID, and
+    the client's extension when it is a short plain one."""
+    extension = PurePosixPath(client_name).suffix.lower()
+    if not SAFE_EXTENSION.fullmatch(extension):
+        extension = ""
+    return f"{uuid.uuid4().hex}{extension}"
 
 
 def _replayed_job(

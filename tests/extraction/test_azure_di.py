@@ -1,10 +1,14 @@
 """The azure_di adapter replaying the service's published response shapes from a local server."""
 
 import base64
+import io
 import json
 from pathlib import Path
 
 import pytest
+import requests
+import urllib3
+from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
 from extraction.clients.azure_di import AzureDocumentIntelligenceClient
@@ -226,3 +230,85 @@ def test_azure_accepted_without_operation_location_is_transient(client, httpserv
         client.submit(
             SubmitRequest(file_name="a.pdf", source_url="https://files.example.org/a.pdf")
         )
+
+
+@pytest.fixture
+def other_port():
+    server = HTTPServer(host="localhost")
+    server.start()
+    yield server
+    server.clear()
+    if server.is_running():
+        server.stop()
+
+
+@pytest.fixture
+def other_host(httpserver):
+    # Loopback answers on all of 127/8: the same port on another address is another host.
+    server = HTTPServer(host="127.0.0.2", port=httpserver.port)
+    server.start()
+    yield server
+    server.clear()
+    if server.is_running():
+        server.stop()
+
+
+@pytest.mark.parametrize("elsewhere", ["other_port", "other_host"])
+def test_azure_operation_location_elsewhere_never_receives_the_key(
+    client, httpserver, elsewhere, request
+):
+    other = request.getfixturevalue(elsewhere)
+    other.expect_request(RESULT).respond_with_response(replay("result_running", other))
+    httpserver.expect_oneshot_request(ANALYZE, method="POST").respond_with_response(
+        replay("analyze_accepted", other)
+    )
+    with pytest.raises(PermanentExtractorError) as caught:
+        client.submit(
+            SubmitRequest(file_name="a.pdf", source_url="https://files.example.org/a.pdf")
+        )
+    assert caught.value.code == ErrorCode.INVALID_RESPONSE
+    # A location stored before the check existed is refused too, before any call.
+    for call in (client.poll, client.cancel):
+        with pytest.raises(PermanentExtractorError, match="own scheme, host and port"):
+            call(other.url_for(RESULT))
+    assert other.log == []
+
+
+class RecordedAdapter(requests.adapters.HTTPAdapter):
+    """Answers every call with one recorded response, as a TLS endpoint would have."""
+
+    def __init__(self, recorded: Response) -> None:
+        super().__init__()
+        self.recorded, self.sent = recorded, []
+
+    def send(self, request, **kwargs):
+        self.sent.append(request.url)
+        raw = urllib3.HTTPResponse(
+            body=io.BytesIO(self.recorded.get_data()),
+            headers=dict(self.recorded.headers),
+            status=self.recorded.status_code,
+            preload_content=False,
+        )
+        return self.build_response(request, raw)
+
+
+def test_azure_operation_location_downgraded_to_http_is_refused(httpserver):
+    # The extractor is https on localhost:port; its 202 points at http on the same host and
+    # port, where a plain server listens for the key.
+    https_base = httpserver.url_for("/").replace("http://", "https://")
+    session = requests.Session()
+    tls = RecordedAdapter(replay("analyze_accepted", httpserver))
+    session.mount("https://", tls)
+    config = ClientConfig(base_url=https_base, model_id="prebuilt-layout", api_key=KEY)
+    client = AzureDocumentIntelligenceClient(config, session=session)
+    httpserver.expect_request(RESULT).respond_with_response(replay("result_running", httpserver))
+
+    with pytest.raises(PermanentExtractorError) as caught:
+        client.submit(
+            SubmitRequest(file_name="a.pdf", source_url="https://files.example.org/a.pdf")
+        )
+    assert caught.value.code == ErrorCode.INVALID_RESPONSE
+    with pytest.raises(PermanentExtractorError, match="own scheme, host and port"):
+        client.poll(httpserver.url_for(RESULT))
+    assert tls.sent == [f"{https_base.rstrip('/')}{ANALYZE}?api-version=2024-11-30"]
+    assert httpserver.log == []

@@ -1,7 +1,11 @@
 """The http_async client against the real sandbox extractor process, over real HTTP."""
 
+import json
+import re
 import shutil
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -17,8 +21,8 @@ from extraction.errors import (
     TransientExtractorError,
 )
 from extraction.sandbox import extract as extract_module
-from extraction.sandbox.extract import CorruptDocumentError, DocumentTooLargeError
-from extraction.sandbox.server import SandboxConfig, SandboxServer
+from extraction.sandbox.extract import CorruptDocumentError, Deadline, DocumentTooLargeError
+from extraction.sandbox.server import SandboxConfig, SandboxServer, control_headers
 from tests.processes import answers, free_port, start_command, stop, wait_until
 
 SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
@@ -108,13 +112,13 @@ def test_sandbox_does_not_follow_a_redirecting_source_url(sandbox, httpserver):
 def test_sandbox_pdf_reading_is_bounded_per_document(monkeypatch, bound, value, refusal):
     monkeypatch.setattr(extract_module, bound, value)
     with pytest.raises(DocumentTooLargeError, match=refusal):
-        extract_module._pdf_pages((SAMPLES / "financial-statement.pdf").read_bytes())
+        extract_module._pdf_pages((SAMPLES / "financial-statement.pdf").read_bytes(), Deadline(10))
 
 
 def test_sandbox_pdf_reading_is_bounded_in_time():
     pdf = (SAMPLES / "financial-statement.pdf").read_bytes()
     with pytest.raises(DocumentTooLargeError, match="took over -1 s"):
-        extract_module._pdf_pages(pdf, max_seconds=-1)
+        extract_module._pdf_pages(pdf, Deadline(-1))
 
 
 def test_sandbox_pdf_errors_of_any_kind_end_in_a_refusal_not_a_crash(monkeypatch):
@@ -123,7 +127,7 @@ def test_sandbox_pdf_errors_of_any_kind_end_in_a_refusal_not_a_crash(monkeypatch
 
     monkeypatch.setattr(extract_module, "PdfReader", explode)
     with pytest.raises(CorruptDocumentError, match="RecursionError"):
-        extract_module._pdf_pages(b"%PDF-1.7")
+        extract_module._pdf_pages(b"%PDF-1.7", Deadline(10))
 
 
 def test_sandbox_idempotency_key_returns_the_same_extraction(sandbox):
@@ -270,7 +274,7 @@ def test_sandbox_keeps_the_webhooks_it_receives(sandbox):
         headers={"webhook-id": "msg_1", "Content-Type": "application/json"},
         timeout=5,
     ).raise_for_status()
-    (received,) = requests.get(f"{sandbox.url}/_sandbox/webhooks", timeout=5).json()
+    (received,) = sandbox.webhooks()
     assert {k.lower(): v for k, v in received["headers"].items()} == {"webhook-id": "msg_1"}
     assert received["body"] == '{"type": "job.created"}'
 
@@ -304,7 +308,7 @@ def test_sandbox_outage_answers_503_without_retry_after_to_every_protocol_route(
     assert (caught.value.http_status, caught.value.retry_after) == (503, None)
     # The control and inspection routes keep answering.
     assert requests.get(f"{sandbox.url}/healthz", timeout=5).ok
-    assert requests.get(f"{sandbox.url}/_sandbox/webhooks", timeout=5).ok
+    assert sandbox.webhooks() == []
     stats = sandbox.stats()
     assert stats["down"] is True
     assert stats["outage_calls"] == 5
@@ -313,7 +317,9 @@ def test_sandbox_outage_answers_503_without_retry_after_to_every_protocol_route(
 
 
 def test_sandbox_outage_of_zero_seconds_ends_it_at_once(sandbox):
-    answer = requests.post(f"{sandbox.url}/_sandbox/outage", json={"seconds": 30}, timeout=5)
+    answer = requests.post(
+        f"{sandbox.url}/_sandbox/outage", json={"seconds": 30}, headers=control_headers(), timeout=5
+    )
     assert answer.json() == {"down_for": 30}
     assert {call.status_code for call in protocol_calls(sandbox, "none").values()} == {503}
 
@@ -355,7 +361,9 @@ def test_sandbox_reset_clears_the_outage_counters_and_ends_the_outage(sandbox):
 
 @pytest.mark.parametrize("body", [{}, {"seconds": -1}, {"seconds": "5"}, [5]])
 def test_sandbox_outage_refuses_a_bad_duration(sandbox, body):
-    answer = requests.post(f"{sandbox.url}/_sandbox/outage", json=body, timeout=5)
+    answer = requests.post(
+        f"{sandbox.url}/_sandbox/outage", json=body, headers=control_headers(), timeout=5
+    )
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "bad_outage"
     assert sandbox.stats()["down"] is False
@@ -375,7 +383,7 @@ def test_sandbox_outage_seconds_flag_starts_the_process_down(tmp_path):
     try:
         wait_until(lambda: answers(f"{url}/healthz"), 20, "the sandbox extractor")
         submitted = requests.post(f"{url}/v1/extractions", json={}, timeout=5)
-        stats = requests.get(f"{url}/_sandbox/stats", timeout=5).json()
+        stats = requests.get(f"{url}/_sandbox/stats", headers=control_headers(), timeout=5).json()
         assert submitted.status_code == 503 and "Retry-After" not in submitted.headers
         assert (stats["down"], stats["outage_calls_by_kind"]) == (True, {"submit": 1})
     finally:
@@ -395,3 +403,211 @@ def test_sandbox_listen_backlog_fits_many_connections_at_once(sandbox):
     ).stdout.split()
     somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
     assert int(listening[2]) >= min(128, somaxconn)
+
+
+# Security review: the sandbox is a peer of the service, never a way to attack it.
+
+
+@pytest.fixture
+def local_sandbox():
+    """Start sandboxes in this process, so that the test's settings and resolver apply to them."""
+    servers = []
+
+    def start(**config) -> SandboxServer:
+        server = SandboxServer(("127.0.0.1", 0), SandboxConfig(**config))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+# Lines of n characters a number or key/value pattern could backtrack on quadratically (the
+# former ones did on the first and the last).
+HOSTILE_LINES = {
+    "digits": lambda n: "Total: " + "1" * n + "x",
+    "digits after a point": lambda n: "Total: 1." + "1" * n + "x",
+    "spaces inside a value": lambda n: "Total: a" + " " * n + "b",
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_LINES.values(), ids=HOSTILE_LINES.keys())
+def test_sandbox_key_value_search_is_linear_in_the_line(monkeypatch, hostile):
+    line = hostile(40_000)
+    monkeypatch.setattr(extract_module, "MAX_LINE_CHARS", len(line))  # the patterns alone
+    started = time.monotonic()
+    (pair,) = extract_module.key_values(line, 1)
+    assert time.monotonic() - started < 0.2
+    assert (pair["key"], pair["number"]) == ("Total", None)
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_LINES.values(), ids=HOSTILE_LINES.keys())
+def test_sandbox_reads_a_400_kb_hostile_line_within_a_second(hostile):
+    started = time.monotonic()
+    result = extract_module.extract(hostile(400_000).encode(), "a.txt", "text/plain")
+    assert time.monotonic() - started < 1
+    assert result["pages"][0]["text"] and result["key_values"] == []  # too long to be a pair
+
+
+def test_sandbox_time_bound_covers_the_search_for_pairs(monkeypatch):
+    monkeypatch.setattr(extract_module, "MAX_SECONDS", -1)
+    with pytest.raises(DocumentTooLargeError, match="took over -1 s"):
+        extract_module.extract(b"Total: 1\n", "a.txt", "text/plain")
+
+
+# The pattern before the security review (quadratic on long lines): the new search must agree.
+FORMER_KEY_VALUE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 &/()'.,-]{0,60}?)\s*:\s*(\S.*?)\s*$")
+
+
+def test_sandbox_key_values_are_those_the_former_pattern_found():
+    lines = [
+        *(SAMPLES / "grant-report.txt").read_text().splitlines(),
+        *(SAMPLES / "budget.csv").read_text().splitlines(),
+        "  Net (loss) :  (1,200.50)  ",
+        "Fee: €12.5",
+        "A" * 62 + ": a key one too long",
+        "A" * 60 + ": 1",
+        "1st: not a key",
+        "Empty:   ",
+        "Two: colons: here",
+        "https://example.org/a: b",
+    ]
+    expected = []
+    for line in lines:
+        if match := FORMER_KEY_VALUE.match(line):
+            expected.append((match.group(1).strip(), match.group(2)))
+    pairs = extract_module.key_values("\n".join(lines), 1)
+    assert [(pair["key"], pair["value"]) for pair in pairs] == expected and len(pairs) >= 8
+    assert extract_module.parse_number("(1,200.50)") == -1200.5
+    assert extract_module.parse_number("$1,234,500") == 1234500.0
+
+
+def test_sandbox_forgets_a_job_after_its_retention(local_sandbox):
+    server = local_sandbox(job_retention=0.3)
+    client = make_client(server)
+    submission = client.submit(sample_request("budget.csv", idempotency_key="kept-a-while"))
+    assert client.poll(submission.poll_url).status is RemoteStatus.SUCCEEDED
+
+    time.sleep(0.4)
+
+    with pytest.raises(ExternalJobLostError):
+        client.poll(submission.poll_url)
+    stats = server.state.stats()
+    assert (stats["jobs"], stats["polls"]) == (0, {})
+    assert server.state.job_by_key == {}
+
+
+def test_sandbox_keeps_results_within_its_byte_cap_oldest_first(local_sandbox):
+    sizes = [
+        len(json.dumps(extract_module.extract((SAMPLES / name).read_bytes(), name, media)))
+        for name, media in (("budget.csv", "text/csv"), ("grant-report.txt", "text/plain"))
+    ]
+    cap = max(sizes) + 100  # room for either result, not both
+    server = local_sandbox(max_result_bytes=cap)
+    client = make_client(server)
+    first = client.submit(sample_request("budget.csv"))
+    again = client.submit(sample_request("budget.csv"))  # the same file: one result kept
+    assert server.state.stats()["results"] == 1
+    other = client.submit(sample_request("grant-report.txt"))
+
+    for dropped in (first, again):
+        with pytest.raises(ExternalJobLostError):
+            client.poll(dropped.poll_url)
+    assert client.poll(other.poll_url).status is RemoteStatus.SUCCEEDED
+    assert "after-school" in json.dumps(client.fetch_result(other.poll_url).payload)
+    stats = server.state.stats()
+    assert stats["results"] == 1 and stats["result_bytes"] <= cap
+
+
+def test_sandbox_webhook_receiver_refuses_a_huge_body(sandbox):
+    answer = requests.post(f"{sandbox.url}/_sandbox/webhooks", data=b"x" * (2 << 20), timeout=5)
+    assert answer.status_code == 413
+    assert sandbox.webhooks() == []
+
+
+def rebinding_resolver(monkeypatch, *answers: str) -> None:
+    """`rebind.example` answers each address in turn, then the last one for good."""
+    real = socket.getaddrinfo
+    queue = list(answers)
+
+    def resolve(host, port, *args, **kwargs):
+        if host != "rebind.example":
+            return real(host, port, *args, **kwargs)
+        address = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+
+
+def test_sandbox_refuses_a_source_url_whose_name_resolves_to_loopback(
+    local_sandbox, settings, monkeypatch, httpserver
+):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    httpserver.expect_request("/internal").respond_with_data("Secret: 1")
+    rebinding_resolver(monkeypatch, "127.0.0.1")
+    client = make_client(local_sandbox())
+    with pytest.raises(PermanentExtractorError) as refused:
+        client.submit(
+            SubmitRequest(
+                file_name="a.txt", source_url=f"http://rebind.example:{httpserver.port}/internal"
+            )
+        )
+    assert "non-public" in refused.value.message
+    assert httpserver.log == []
+
+
+def test_sandbox_fetches_from_the_address_the_guard_approved(
+    local_sandbox, settings, monkeypatch, httpserver
+):
+    """DNS rebinding: the name passes the guard with one address, then points at loopback."""
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.2/32"]  # nothing listens there
+    httpserver.expect_request("/internal").respond_with_data("Secret: 1")
+    rebinding_resolver(monkeypatch, "127.0.0.2", "127.0.0.1")
+    client = make_client(local_sandbox())
+    with pytest.raises(PermanentExtractorError, match="ConnectionError"):
+        client.submit(
+            SubmitRequest(
+                file_name="a.txt", source_url=f"http://rebind.example:{httpserver.port}/internal"
+            )
+        )
+    assert httpserver.log == []
+
+
+CONTROL_ROUTES = [
+    ("GET", "stats", None),
+    ("GET", "webhooks", None),
+    ("POST", "reset", None),
+    ("POST", "config", {"api_key": "taken-over"}),
+    ("POST", "outage", {"seconds": 60}),
+]
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+@pytest.mark.parametrize(("method", "route", "body"), CONTROL_ROUTES)
+def test_sandbox_control_routes_need_the_token(sandbox, method, route, body, token):
+    sandbox.configure(latency_min=5, latency_max=5)
+    headers = {"X-Sandbox-Token": token} if token else {}
+    answer = requests.request(
+        method, f"{sandbox.url}/_sandbox/{route}", json=body, headers=headers, timeout=5
+    )
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "unauthorized"
+    stats = sandbox.stats()  # with the token: nothing changed
+    assert stats["config"]["latency_min"] == 5 and stats["down"] is False
+    assert make_client(sandbox).submit(sample_request("budget.csv")).external_id
+
+
+def test_a_source_url_cannot_read_the_webhooks_the_sandbox_received(sandbox):
+    requests.post(
+        f"{sandbox.url}/_sandbox/webhooks", data=b'{"secret": "another client"}', timeout=5
+    ).raise_for_status()
+    client = make_client(sandbox)
+    with pytest.raises(PermanentExtractorError) as refused:
+        client.submit(
+            SubmitRequest(file_name="w.txt", source_url=f"{sandbox.url}/_sandbox/webhooks")
+        )
+    assert "HTTPError" in refused.value.message
+    assert sandbox.stats()["jobs"] == 0

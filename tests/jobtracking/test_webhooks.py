@@ -265,6 +265,38 @@ def test_ssrf_guard_refuses_each_address_class(url, settings):
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "http://[64:ff9b:1::a00:1]/x",  # local-use NAT64: its translator is the operator's
+        "http://[64:ff9b:1::5db8:d822]/x",
+        "http://[::ffff:0:a00:1]/x",  # SIIT's IPv4-translated addresses
+        "http://[::ffff:0:5db8:d822]/x",
+        "http://[4000::1]/x",  # reserved
+        "http://[5f00::1]/x",
+        "http://[fec0::1]/x",  # deprecated site-local
+        "http://[3fff::1]/x",  # documentation
+        "http://[2002:5db8:d822::1]/x",  # 6to4: not globally reachable (IANA)
+        "http://[100::1]/x",  # discard-only
+        "http://[::5db8:d822]/x",  # IPv4-compatible, deprecated
+        "http://100.64.0.1/x",
+    ],
+)
+def test_ssrf_guard_refuses_translation_prefixes_and_reserved_ranges(url, settings):
+    # Python 3.11.7 calls most of these global (CVE-2024-4032): the guard's own table decides.
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    with pytest.raises(UnsafeURLError, match="non-public"):
+        check_public_url(url)
+
+
+@pytest.mark.parametrize(
+    "address", ["64:ff9b::5db8:d822", "::ffff:5db8:d822", "2606:2800:220:1:248:1893:25c8:1946"]
+)
+def test_ssrf_guard_allows_public_ipv4_behind_the_well_known_prefixes(address, settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    assert check_public_url(f"https://[{address}]/hook") == [address]
+
+
+@pytest.mark.parametrize(
     ("url", "named"),
     [
         ("http://169.254.169.254/latest", "link-local"),

@@ -14,7 +14,9 @@ class Command(BaseCommand):
         "Run the bundled sandbox extractor (http_async protocol) with optional fault injection. "
         "Every flag also reads a SANDBOX_* environment variable. Control routes: "
         'POST /_sandbox/config, /_sandbox/outage ({"seconds": N}) and /_sandbox/reset; '
-        "GET /_sandbox/stats."
+        "GET /_sandbox/stats and /_sandbox/webhooks. They need the X-Sandbox-Token header: "
+        "SANDBOX_CONTROL_TOKEN, else a token derived from the secret key "
+        "(extraction.sandbox.server.control_token)."
     )
 
     def add_arguments(self, parser):
@@ -65,6 +67,18 @@ class Command(BaseCommand):
             help="Seconds after start during which every /v1/ request is answered 503 (no "
             "Retry-After); POST /_sandbox/outage starts or ends one at run time.",
         )
+        parser.add_argument(
+            "--job-retention",
+            type=float,
+            default=env_float("SANDBOX_JOB_RETENTION", 600),
+            help="Seconds a job is kept after it ends; a poll then answers 404.",
+        )
+        parser.add_argument(
+            "--max-result-bytes",
+            type=int,
+            default=int(os.environ.get("SANDBOX_MAX_RESULT_BYTES", 256 << 20)),
+            help="Bytes of results kept, the least recently used dropped first (their jobs too).",
+        )
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args, **options):
@@ -83,8 +97,9 @@ class Command(BaseCommand):
         for name in rates:
             if not 0 <= options[name] <= 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 1")
-        if not options["outage_seconds"] >= 0:
-            raise CommandError("--outage-seconds must be 0 or more")
+        for name in ("outage_seconds", "job_retention", "max_result_bytes"):
+            if not options[name] >= 0:
+                raise CommandError(f"--{name.replace('_', '-')} must be 0 or more")
         config = SandboxConfig(
             latency_min=min(latency),
             latency_max=max(latency),
@@ -95,12 +110,13 @@ class Command(BaseCommand):
             poll_rate_limit=options["poll_rate_limit"],
             api_key=os.environ.get("SANDBOX_API_KEY", ""),
             seed=options["seed"],
+            job_retention=options["job_retention"],
+            max_result_bytes=options["max_result_bytes"],
             **{name: options[name] for name in rates},
         )
         server = SandboxServer((options["host"], options["port"]), config)
         server.state.outage(options["outage_seconds"])
-        host, port = server.server_address[:2]
-        self.stdout.write(f"Sandbox extractor listening on http://{host}:{port}", ending="\n")
+        self.stdout.write(f"Sandbox extractor listening on {server.url}", ending="\n")
         self.stdout.flush()
         try:
             server.serve_forever()

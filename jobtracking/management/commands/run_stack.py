@@ -4,6 +4,7 @@ Ports are checked before anything starts (one clear message and exit 1 when one 
 the last start-up line, printed once every server answers, repeats the admin URL and login."""
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from extraction.sandbox.server import CONTROL_TOKEN_HEADER
 from jobtracking.management.commands.seed_demo import demo_login
 
 MANAGE = str(Path(__file__).resolve().parents[3] / "manage.py")
@@ -78,6 +80,9 @@ class Command(BaseCommand):
             "web": ["runserver", f"127.0.0.1:{options['port']}", "--noreload"],
         }
         env = dict(os.environ, Q_LOG_LEVEL="INFO" if options["verbose"] else "WARNING")
+        # The local settings' secret key is public: the sandbox's control routes get a token of
+        # this run's own.
+        token = env.setdefault("SANDBOX_CONTROL_TOKEN", secrets.token_urlsafe(24))
         children = {
             name: subprocess.Popen([sys.executable, MANAGE, *argv], env=env)
             for name, argv in commands.items()
@@ -94,6 +99,10 @@ class Command(BaseCommand):
             if not self.wait_until_up(children, ports, lambda: stopping):
                 return
             user, password = demo_login()
+            self.stdout.write(
+                "The sandbox's /_sandbox/ routes (webhooks received, stats) take the header "
+                f"{CONTROL_TOKEN_HEADER}: {token}"
+            )
             self.stdout.write(
                 self.style.SUCCESS(
                     f"Running: admin at http://127.0.0.1:{options['port']}/admin/  login: "

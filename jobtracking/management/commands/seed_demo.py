@@ -68,7 +68,8 @@ class Command(BaseCommand):
             },
         )
         self.stdout.write(
-            f"Webhooks go to {subscription.url} (see what arrived with GET on that URL)."
+            f"Webhooks go to {subscription.url} (see what arrived with GET on that URL, with "
+            "the X-Sandbox-Token header `make run` prints)."
         )
         self.seed_jobs(extractor, user)
         port = os.environ.get("PORT", "8000")

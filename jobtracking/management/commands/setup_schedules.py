@@ -8,6 +8,7 @@ SCHEDULES = {
     "cluster heartbeat": ("jobtracking.tasks.cluster_heartbeat", 1),
     "dispatch and webhook retries (safety net)": ("jobtracking.dispatcher.dispatch_once", 1),
     "purge jobs past retention": ("jobtracking.tasks.purge_expired_jobs", 60 * 24),
+    "sweep unreferenced uploads": ("jobtracking.retention.uploads_sweep", 60 * 24),
 }
 
 

@@ -1,20 +1,29 @@
 """The admin console through Django's test client: every page, filter, action and permission."""
 
+import contextlib
 import csv
 import io
+import zlib
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core import signing
 from django.utils import timezone
 
-from jobtracking.models import ExtractionJob, JobStatusChange, WebhookDelivery
+from jobtracking.models import (
+    ExtractionJob,
+    JobStatusChange,
+    WebhookDelivery,
+    WebhookSubscription,
+)
 from jobtracking.services import Actor, job_create
 from jobtracking.webhooks import subscription_secret
 from tests.factories import (
     ExtractionJobFactory,
     ExtractionResultFactory,
     ExtractorFactory,
+    JobEventFactory,
     UserFactory,
     WebhookDeliveryFactory,
     WebhookSubscriptionFactory,
@@ -194,6 +203,39 @@ def test_audit_log_filters(root_client, fleet, query):
     assert response.status_code == 200 and len(response.context["cl"].result_list) == 1
 
 
+def test_audit_log_actor_filter_lists_only_actors_of_visible_jobs(client):
+    member = staff("view_jobstatuschange")
+    mine = ExtractionJobFactory(requested_by=member, failed=True)
+    theirs = ExtractionJobFactory(requested_by=UserFactory(username="client-d"), failed=True)
+    for job, actor in ((mine, "operator-of-mine"), (theirs, "operator-of-theirs")):
+        JobStatusChange.objects.create(
+            job=job,
+            to_status_id="failed",
+            attempt=1,
+            actor_type="admin",
+            actor=UserFactory(username=actor),
+        )
+    client.force_login(member)
+    response = client.get("/admin/jobtracking/jobstatuschange/")
+    (actors,) = [spec for spec in response.context["cl"].filter_specs if spec.title == "actor"]
+    assert [name for _, name in actors.lookup_choices] == ["operator-of-mine"]
+    assert "operator-of-theirs" not in response.content.decode()
+    assert {change.job_id for change in response.context["cl"].result_list} == {mine.pk}
+
+
+@pytest.mark.parametrize(
+    ("page", "factory"),
+    [("extractionresult", ExtractionResultFactory), ("jobevent", JobEventFactory)],
+)
+def test_results_and_events_pages_show_only_visible_jobs_without_view_all(client, page, factory):
+    member = staff(f"view_{page}")
+    mine = factory(job=ExtractionJobFactory(requested_by=member, succeeded=True))
+    factory(job=ExtractionJobFactory(requested_by=UserFactory(username="client-e"), succeeded=True))
+    client.force_login(member)
+    response = client.get(f"/admin/jobtracking/{page}/")
+    assert [row.pk for row in response.context["cl"].result_list] == [mine.pk]
+
+
 def test_extractor_connection_check_action(root_client, sandbox):
     extractor = ExtractorFactory(slug="sb", adapter="sandbox", base_url=sandbox.url)
     response = root_client.post(
@@ -225,6 +267,30 @@ def test_webhook_subscription_secret_is_shown_once_on_rotation(root_client, sett
     assert subscription_secret(subscription) in response.content.decode()
     page = root_client.get(f"/admin/jobtracking/webhooksubscription/{subscription.pk}/change/")
     assert subscription_secret(subscription) not in page.content.decode()
+
+
+def readable(cookie: str) -> str:
+    """What anyone holding a signed cookie reads without the secret key: signed is not
+    encrypted (`django.core.signing`: optionally compressed base64, then the signature)."""
+    data = signing.b64_decode(cookie.rsplit(":", 1)[0].lstrip(".").encode())
+    with contextlib.suppress(zlib.error):
+        data = zlib.decompress(data)
+    return data.decode()
+
+
+def test_a_new_subscriptions_secret_never_travels_in_a_cookie(root_client, settings):
+    settings.OUTBOUND_ALLOWED_HOSTS = ["hooks.example.org"]
+    response = root_client.post(
+        "/admin/jobtracking/webhooksubscription/add/",
+        {"url": "https://hooks.example.org/new", "event_types": ["job.succeeded"]},
+    )
+    assert response.status_code == 302
+    secret = subscription_secret(WebhookSubscription.objects.get())
+    messages = response.cookies.get("messages")
+    assert messages is None or "whsec_" not in readable(messages.value)
+    # Still shown, once, on the page the redirect leads to.
+    assert secret in root_client.get(response.url).content.decode()
+    assert secret not in root_client.get(response.url).content.decode()
 
 
 def test_dead_deliveries_can_be_retried_from_the_admin(root_client):

@@ -200,6 +200,37 @@ def test_page_texts_read_the_azure_shape():
     assert page_texts({"status": "no pages"}) == []
 
 
+@pytest.mark.parametrize(
+    ("pages", "shown"),
+    [
+        (["not a page", 7, None, {"number": 2, "text": "Kept"}], ["Kept"]),
+        ([{"lines": ["a line", 3, None, {"content": "Real line"}]}], ["Real line"]),
+        ([{"lines": [{"content": "ok"}, [1, 2]]}, {"text": "Fine"}], ["ok", "Fine"]),
+        ([{"spans": "0-5"}, {"spans": {"offset": 0}}, {"text": "After"}], ["", "", "After"]),
+        ([{"spans": [7, "x", None, {"offset": 0, "length": 5}]}], ["Hello"]),
+        ([{"spans": [{"offset": "0", "length": 5}, {"offset": 6, "length": 5}]}], ["world"]),
+        ([{"spans": [{"offset": 1.5, "length": 2}, {"offset": 0, "length": None}]}], [""]),
+        ([{"spans": [{"offset": -5, "length": 3}, {"offset": True, "length": 4}]}], [""]),
+        ([{"spans": [{"offset": 0, "length": 10**30}]}], ["Hello world"]),
+    ],
+)
+def test_the_full_result_survives_a_malformed_payload(operator, client, pages, shown):
+    result = ExtractionResultFactory(payload={"content": "Hello world", "pages": pages})
+    response = client.get(f"{JOBS}{result.job.pk}/results/{result.attempt}/")
+    assert response.status_code == 200
+    assert [text for _, text in response.context["pages"]] == shown
+    assert "&quot;pages&quot;" in response.content.decode()  # and the JSON as it came
+
+
+@pytest.mark.parametrize("payload", [[1, 2], "text", 3, {"pages": "many"}, {"pages": None}])
+def test_the_full_result_of_a_payload_that_is_not_an_object_shows_the_json(
+    operator, client, payload
+):
+    result = ExtractionResultFactory(payload=payload)
+    response = client.get(f"{JOBS}{result.job.pk}/results/{result.attempt}/")
+    assert response.status_code == 200 and response.context["pages"] == []
+
+
 def test_the_short_id_shown_in_the_list_is_searchable(operator, client, failed_job):
     other = ExtractionJobFactory()
     short = str(failed_job.pk)[-12:]

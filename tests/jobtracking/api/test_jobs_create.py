@@ -4,6 +4,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from jobtracking.models import ExtractionJob, JobStatusChange
+from jobtracking.services import creation
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 from tests.jobtracking.api.conftest import assert_problem
 
@@ -304,3 +305,69 @@ def test_validation_errors_are_always_lists_per_field(api, extractor):
         api.post(URL, body(file_id=" "), format="json"), 400, "validation_error"
     )
     assert all(isinstance(messages, list) for messages in problem["errors"].values())
+
+
+def stored_uploads(root: Path) -> list[Path]:
+    return [path for path in (root / "uploads").rglob("*") if path.is_file()]
+
+
+def test_refused_uploads_leave_no_file_behind(api, extractor, settings, tmp_path):
+    """A 409 must not leave its upload on disk: nothing would ever delete it."""
+    settings.MEDIA_ROOT = tmp_path
+    codes = [
+        api.post(
+            URL,
+            {
+                "extractor": "sandbox",
+                "file_id": "same",
+                "file": SimpleUploadedFile("a.txt", b"Total: 5\n", content_type="text/plain"),
+            },
+        ).status_code
+        for _ in range(3)
+    ]
+    assert codes == [201, 409, 409]
+    (kept,) = stored_uploads(tmp_path)
+    assert ExtractionJob.objects.get().upload.path == str(kept)
+
+
+def test_an_idempotent_twin_that_lost_the_race_leaves_no_file(
+    api, extractor, settings, tmp_path, monkeypatch
+):
+    settings.MEDIA_ROOT = tmp_path
+
+    def send():
+        upload = SimpleUploadedFile("a.txt", b"Total: 5\n", content_type="text/plain")
+        data = {"extractor": "sandbox", "file_id": "f", "file": upload}
+        return api.post(URL, data, HTTP_IDEMPOTENCY_KEY="k-1")
+
+    first = send()
+    ExtractionJob.objects.update(status_id="cancelled")  # its file is free again
+    # The twin looks for the key before the first request committed, then inserts.
+    real, calls = creation._replayed_job, []
+
+    def not_committed_yet(*args):
+        calls.append(args)
+        return None if len(calls) == 1 else real(*args)
+
+    monkeypatch.setattr(creation, "_replayed_job", not_committed_yet)
+    again = send()
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert len(stored_uploads(tmp_path)) == 1
+
+
+def test_an_upload_whose_name_is_too_long_for_a_file_system_is_stored(
+    api, extractor, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path
+    name = "é" * 148 + ".txt"  # 300 bytes in UTF-8, 152 characters
+    assert len(name.encode()) == 300
+    upload = SimpleUploadedFile(name, b"Total: 5\n", content_type="text/plain")
+    response = api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload})
+    assert response.status_code == 201, response.content
+    job = ExtractionJob.objects.get()
+    assert job.file_name == response.json()["file_name"] == name
+    stored = Path(job.upload.name)
+    assert stored.parts[0] == "uploads" and stored.suffix == ".txt"
+    assert len(stored.name) == len("0123456789abcdef0123456789abcdef.txt")
+    assert job.upload.read() == b"Total: 5\n"
