@@ -10,7 +10,7 @@ import pytest
 
 from jobtracking.models import ServiceHeartbeat
 from tests.e2e.conftest import Stack, create_jobs, idle_workers, wait_for_terminal
-from tests.processes import descendants, wait_until
+from tests.processes import descendants, stop, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -69,6 +69,8 @@ def test_cluster_first_heartbeat_is_written_at_start(seeded_statuses, tmp_path):
             lambda: ServiceHeartbeat.objects.filter(kind="workers").exists(), 20, "a workers beat"
         )
         assert ServiceHeartbeat.objects.get(kind="workers").details == {"workers": 2}
+        stop(stack.cluster)  # a clean stop takes its workers out of the count at once
+        assert not ServiceHeartbeat.objects.filter(kind="workers").exists()
     finally:
         stack.stop_all()
 

@@ -1,3 +1,4 @@
+import contextlib
 import logging
 import os
 import socket
@@ -9,6 +10,7 @@ from django_q.cluster import Cluster
 from django_q.conf import Conf
 
 from jobtracking.dispatcher import WORKERS, WORKERS_BEAT_SECONDS
+from jobtracking.models import ServiceHeartbeat
 from jobtracking.tasks import beat
 from jobtracking.workers import start_lifeline_watch
 
@@ -44,4 +46,7 @@ class Command(BaseCommand):
                     logger.warning("cluster: workers heartbeat failed (%s)", error)
                     connection.close()
             cluster.sentinel.join(timeout=1)
+        # Gone: its workers no longer count towards the dispatchers' broker depth.
+        with contextlib.suppress(DatabaseError):
+            ServiceHeartbeat.objects.filter(name=name).delete()
         connection.close()
