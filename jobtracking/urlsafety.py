@@ -5,6 +5,8 @@ names the host or network (tests and local demos need loopback)."""
 import contextlib
 import ipaddress
 import socket
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -174,9 +176,9 @@ class PinnedAdapter(requests.adapters.HTTPAdapter):
     time of the call (DNS rebinding); the Host header, TLS SNI and the certificate check keep the
     name."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, pool_size: int = 10) -> None:
         self.address = address
-        super().__init__(max_retries=0)
+        super().__init__(max_retries=0, pool_maxsize=pool_size)
 
     def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
         host_params, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
@@ -191,6 +193,28 @@ class PinnedAdapter(requests.adapters.HTTPAdapter):
         )
 
 
+# Kept-alive sessions by (scheme, approved address), so that many POSTs to one receiver reuse
+# their connections; the oldest is closed past `MAX_SESSIONS`.
+MAX_SESSIONS = 64
+_sessions: OrderedDict[tuple[str, str | None], requests.Session] = OrderedDict()
+_sessions_lock = threading.Lock()
+
+
+def _session(scheme: str, address: str | None) -> requests.Session:
+    with _sessions_lock:
+        session = _sessions.get((scheme, address))
+        if session is None:
+            session = _sessions[scheme, address] = requests.Session()
+            session.trust_env = False  # proxies from the environment would connect elsewhere
+            if address:
+                pool = settings.WEBHOOK_CONCURRENCY
+                session.mount(f"{scheme}://", PinnedAdapter(address, pool_size=pool))
+            if len(_sessions) > MAX_SESSIONS:
+                _sessions.popitem(last=False)[1].close()
+        _sessions.move_to_end((scheme, address))
+        return session
+
+
 @contextlib.contextmanager
 def post_checked(url: str, **kwargs) -> Iterator[requests.Response]:
     """POST to a client-given URL: checked by the guard, then sent to the address it approved.
@@ -198,10 +222,9 @@ def post_checked(url: str, **kwargs) -> Iterator[requests.Response]:
     followed."""
     addresses = check_public_url(url)
     headers = dict(kwargs.pop("headers", {}))
-    with requests.Session() as session:
-        session.trust_env = False
-        if addresses:
-            session.mount(f"{urlsplit(url).scheme}://", PinnedAdapter(addresses[0]))
-            headers["Host"] = urlsplit(url).netloc
-        with session.post(url, headers=headers, allow_redirects=False, **kwargs) as response:
-            yield response
+    parts = urlsplit(url)
+    if addresses:
+        headers["Host"] = parts.netloc
+    session = _session(parts.scheme, addresses[0] if addresses else None)
+    with session.post(url, headers=headers, allow_redirects=False, **kwargs) as response:
+        yield response

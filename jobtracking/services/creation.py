@@ -41,7 +41,7 @@ from jobtracking.rows import (
     select_rows,
     table,
 )
-from jobtracking.services.transitions import Actor, active_job_error
+from jobtracking.services.transitions import Actor, active_job_error, holder_error
 from jobtracking.wakeup import CHANNEL as WAKE_CHANNEL
 from jobtracking.wakeup import NOTIFY_SQL, notify_due
 from jobtracking.webhooks import (
@@ -136,11 +136,12 @@ def job_create(
         try:
             inserted = _insert_created([job], actor=actor, reason=reason, now=now)
         except IntegrityError:
-            if error := active_job_error(extractor, file_id):
+            if error := active_job_error(extractor, file_id, viewer=actor.user):
                 raise error from None
             raise
         if job.pk not in inserted:
-            raise active_job_error(extractor, file_id) or _held_meanwhile(extractor, file_id)
+            held = active_job_error(extractor, file_id, viewer=actor.user)
+            raise held or _held_meanwhile(extractor, file_id)
     return job
 
 
@@ -237,7 +238,7 @@ def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOu
     except IntegrityError:
         # A concurrent request made one of these files active meanwhile: one savepoint each.
         return [_create_one(index, item, actor) for index, item in enumerate(items)]
-    holders |= {key: job.pk for key, (_index, job) in first.items() if job.pk in inserted}
+    holders |= {key: job for key, (_index, job) in first.items() if job.pk in inserted}
     if missing := set(keys) - holders.keys():
         holders |= _active_holders(missing)
     outcomes = []
@@ -246,33 +247,29 @@ def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOu
         if first_index == index and job.pk in inserted:
             outcomes.append(BulkOutcome(index, job=job))
         else:
-            outcomes.append(BulkOutcome(index, error=_held(item, holders.get(key))))
+            outcomes.append(BulkOutcome(index, error=_held(item, holders.get(key), actor)))
     return outcomes
 
 
-def _active_holders(keys: set[tuple]) -> dict[tuple, Any]:
+def _active_holders(keys: set[tuple]) -> dict[tuple, ExtractionJob]:
     """The active job holding each of these (extractor id, file id) that one holds."""
+    active = ExtractionJob.objects.filter(
+        status__in=states.ACTIVE,
+        extractor_id__in={key[0] for key in keys},
+        file_id__in={key[1] for key in keys},
+    ).only("id", "status", "requested_by", "extractor_id", "file_id")
     return {
-        (extractor_id, file_id): job_id
-        for extractor_id, file_id, job_id in ExtractionJob.objects.filter(
-            status__in=states.ACTIVE,
-            extractor_id__in={key[0] for key in keys},
-            file_id__in={key[1] for key in keys},
-        )
-        .order_by()
-        .values_list("extractor_id", "file_id", "id")
-        if (extractor_id, file_id) in keys
+        (job.extractor_id, job.file_id): job
+        for job in active.order_by()
+        if (job.extractor_id, job.file_id) in keys
     }
 
 
-def _held(item: dict[str, Any], job_id) -> ActiveJobExistsError:
+def _held(item: dict[str, Any], holder: ExtractionJob | None, actor: Actor):
     extractor, file_id = item["extractor"], item["file_id"]
-    if job_id is None:
+    if holder is None:
         return _held_meanwhile(extractor, file_id)
-    return ActiveJobExistsError(
-        f"Job {job_id} is already active for file {file_id} on {extractor.slug}.",
-        job_id=str(job_id),
-    )
+    return holder_error(extractor, file_id, holder, viewer=actor.user)
 
 
 def _held_meanwhile(extractor: Extractor, file_id: str) -> ActiveJobExistsError:

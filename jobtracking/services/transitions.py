@@ -33,6 +33,7 @@ from jobtracking.errors import (
 )
 from jobtracking.events import job_event_payload
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange
+from jobtracking.selectors import VIEW_ALL
 from jobtracking.webhooks import deliveries_fan_out
 
 # What a move may change on a job; the UPDATE writes those that did change in the batch.
@@ -179,7 +180,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
         changes.append(_audit_row(job, from_status, actor, move, now))
         if states.event_type(from_status, move.to_status):
             event_jobs.append((job, states.event_type(from_status, move.to_status)))
-    _save(outcome, before, reactivated)
+    _save(outcome, before, reactivated, actor)
     JobStatusChange.objects.bulk_create(changes)
     events = JobEvent.objects.bulk_create(
         JobEvent(job=job, type=kind, payload=job_event_payload(job), created_at=now)
@@ -236,7 +237,7 @@ def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, n
     )
 
 
-def _save(outcome: BatchOutcome, before: dict[UUID, list], reactivated: bool) -> None:
+def _save(outcome: BatchOutcome, before: dict[UUID, list], reactivated: bool, actor: Actor) -> None:
     jobs = list(outcome.moved.values())
     changed = [
         name
@@ -253,7 +254,10 @@ def _save(outcome: BatchOutcome, before: dict[UUID, list], reactivated: bool) ->
         with transaction.atomic():
             update_rows(jobs, changed)
     except IntegrityError:
-        if len(jobs) == 1 and (error := active_job_error(jobs[0].extractor, jobs[0].file_id)):
+        job = jobs[0]
+        if len(jobs) == 1 and (
+            error := active_job_error(job.extractor, job.file_id, viewer=actor.user)
+        ):
             raise error from None
         raise
 
@@ -286,17 +290,31 @@ def update_rows(jobs: list[ExtractionJob], names: list[str]) -> None:
         )
 
 
-def active_job_error(extractor, file_id: str) -> ActiveJobExistsError | None:
+def active_job_error(extractor, file_id: str, *, viewer=None) -> ActiveJobExistsError | None:
+    """The 409 for a file that an active job holds on this extractor, or None if none does."""
     active = (
         ExtractionJob.objects.filter(extractor=extractor, file_id=file_id, status__in=states.ACTIVE)
-        .only("id", "status")
+        .only("id", "status", "requested_by")
         .first()
     )
     if active is None:
         return None
+    return holder_error(extractor, file_id, active, viewer=viewer)
+
+
+def holder_error(extractor, file_id: str, holder: ExtractionJob, *, viewer) -> ActiveJobExistsError:
+    """One file is extracted once at a time on an extractor, whoever asks (the platform's file
+    ids are global). The 409 names the active job only to a caller who may see it (`viewer`
+    None: a system or command actor); another client's job is not disclosed."""
+    if viewer is None or holder.requested_by_id == viewer.pk or viewer.has_perm(VIEW_ALL):
+        return ActiveJobExistsError(
+            f"Job {holder.pk} is already {holder.status_id} for file {file_id} on "
+            f"{extractor.slug}.",
+            job_id=str(holder.pk),
+        )
     return ActiveJobExistsError(
-        f"Job {active.id} is already {active.status_id} for file {file_id} on {extractor.slug}.",
-        job_id=str(active.id),
+        f"Another client's job is already active for file {file_id} on {extractor.slug}; a "
+        "file is extracted once at a time on an extractor."
     )
 
 

@@ -72,8 +72,9 @@ def test_create_idempotency_keys_are_per_client(api, other_api, extractor):
     assert response.status_code == 201
 
 
-def test_create_conflict_with_an_active_job_names_it(api, extractor):
-    active = ExtractionJobFactory(extractor=extractor, file_id="file-1")
+def test_create_conflict_with_an_active_job_names_it(api, owner, extractor):
+    # (The caller's own; another client's is not named: test_active_job_disclosure.)
+    active = ExtractionJobFactory(extractor=extractor, file_id="file-1", requested_by=owner)
     response = api.post(URL, body(), format="json")
     problem = assert_problem(response, 409, "active_job_exists")
     assert problem["job_id"] == str(active.pk)
