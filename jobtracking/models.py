@@ -441,6 +441,9 @@ class ApiToken(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Refused from then on; empty: until revoked."
+    )
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -26,10 +26,14 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def token_issue(*, user: AbstractBaseUser) -> str:
-    """Create a token for `user` and return its key, which is stored nowhere."""
+def token_issue(*, user: AbstractBaseUser, expires_in: timedelta | None = None) -> str:
+    """Create a token for `user`, valid for `expires_in` (None: until revoked), and return its
+    key, which is stored nowhere."""
     key = secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, key_hash=hash_key(key), prefix=key[:8])
+    expires_at = timezone.now() + expires_in if expires_in else None
+    ApiToken.objects.create(
+        user=user, key_hash=hash_key(key), prefix=key[:8], expires_at=expires_at
+    )
     return key
 
 
@@ -109,9 +113,11 @@ class HashedTokenAuthentication(BaseAuthentication):
             raise _refuse(request, "Malformed token.") from None
         digest = hash_key(key)
         token = RECENT_TOKENS.get(digest, lambda: _load_token(digest))
+        now = timezone.now()
         if token is None or not token.user.is_active:
             raise _refuse(request, "Invalid token.")
-        now = timezone.now()
+        if token.expires_at is not None and token.expires_at <= now:
+            raise _refuse(request, "The token has expired: ask for a new one.")
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
             token.last_used_at = now
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

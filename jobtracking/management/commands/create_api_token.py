@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
@@ -21,8 +23,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--revoke-others", action="store_true", help="Delete USER's earlier tokens."
         )
+        parser.add_argument(
+            "--expires-days",
+            type=int,
+            default=None,
+            help="Refuse the token after this many days (default: valid until revoked).",
+        )
 
-    def handle(self, *args, username, create, revoke_others, **options):
+    def handle(self, *args, username, create, revoke_others, expires_days, **options):
+        if expires_days is not None and expires_days < 1:
+            raise CommandError("--expires-days takes a whole number of days, at least 1.")
         User = get_user_model()
         user = User.objects.filter(username=username).first()
         if user is None and not create:
@@ -36,6 +46,8 @@ class Command(BaseCommand):
         if revoke_others:
             revoked, _ = ApiToken.objects.filter(user=user).delete()
             self.stderr.write(f"Revoked {revoked} earlier token(s).")
-        key = token_issue(user=user)
-        self.stderr.write(f"New token for {username!r} (shown once):")
+        expires_in = timedelta(days=expires_days) if expires_days else None
+        key = token_issue(user=user, expires_in=expires_in)
+        until = f", expires in {expires_days} day(s)" if expires_days else ""
+        self.stderr.write(f"New token for {username!r}{until} (shown once):")
         self.stdout.write(key)
