@@ -9,7 +9,6 @@ broker's.
 import dataclasses
 import functools
 import logging
-import re
 import socket
 import time
 from collections import defaultdict
@@ -29,6 +28,7 @@ from extraction.clients.base import (
     PollResult,
     RemoteStatus,
     SubmitRequest,
+    client_text,
 )
 from extraction.errors import (
     ErrorCode,
@@ -357,17 +357,6 @@ def _fail(
         },
         lease_token=lease_token,
     )
-
-
-# Where a call went, as the extraction clients begin their messages ("POST host:port/path: ").
-CALL_LOCATION = re.compile(r"\b(?:GET|POST|PUT|PATCH|DELETE) \S+: ")
-
-
-def client_text(message: str) -> str:
-    """An extractor error as clients read it (the job's error message and events, its history,
-    the extractor's health): the status and the extractor's own words, without the internal
-    host and port, which staff find in the audit row's details and in the logs."""
-    return CALL_LOCATION.sub("", message)
 
 
 def _audit_full_error(move: Move, error: ExtractorError) -> Move:

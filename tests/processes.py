@@ -49,6 +49,25 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+def start_gunicorn(port: int, *args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """The web server as production runs it (`config.wsgi`), on loopback `port`, in its own
+    process group (so `stop` ends its workers too); `args` are further gunicorn options."""
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "gunicorn"),
+            "config.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            *args,
+        ],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 def start_command(*args: str, env: dict[str, str] | None = None, log: Path | None = None):
     """Start `python manage.py ARGS` in its own process group."""
     output = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115

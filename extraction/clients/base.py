@@ -7,6 +7,7 @@ has connect and read timeouts and a bounded response size, and no message ever h
 import email.utils
 import enum
 import json
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -283,6 +284,17 @@ def describe(method: str, url: str) -> str:
     """`METHOD host/path` without the query string, which may carry tokens."""
     parts = urlsplit(url)
     return f"{method} {parts.netloc}{parts.path}"
+
+
+# Where a call went, as `describe` begins the clients' messages ("POST host:port/path: ").
+CALL_LOCATION = re.compile(r"\b(?:GET|POST|PUT|PATCH|DELETE) \S+: ")
+
+
+def client_text(message: str) -> str:
+    """An extractor error as API clients read it (the job's error message and events, its
+    history, the extractor's health): the status and the extractor's own words, without the
+    internal host and port, which staff find in the audit row's details and in the logs."""
+    return CALL_LOCATION.sub("", message)
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:

@@ -12,6 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.utils import json as strict_json
 
+from extraction.clients.base import client_text
 from extraction.models import Extractor
 from jobtracking.models import (
     CircuitState,
@@ -24,7 +25,6 @@ from jobtracking.models import (
     Priority,
 )
 from jobtracking.recent import Recent
-from jobtracking.tasks import client_text
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
 # Output

@@ -8,7 +8,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlsplit, urlunsplit
@@ -26,7 +25,7 @@ from jobtracking.api.views import ExtractionJobViewSet
 from jobtracking.dbfaults import database_unreachable
 from tests.factories import UserFactory
 from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
-from tests.processes import ROOT, answers, free_port, stop, wait_until
+from tests.processes import answers, free_port, start_gunicorn, stop, wait_until
 
 API = "/api/v1/jobs/"
 ADMIN = "/admin/"
@@ -240,22 +239,10 @@ def test_postgresql_down_answers_503_and_requests_work_again_once_it_is_back(tmp
     session = browser.cookies["sessionid"].value
     url = the_test_database_url()
     port = free_port()
-    gunicorn = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "gunicorn"),
-            "config.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-            "--worker-class",
-            "gthread",
-            "--threads",
-            "1",
-        ],
-        cwd=ROOT,
+    gunicorn = start_gunicorn(
+        port,
+        *("--workers", "1", "--worker-class", "gthread", "--threads", "1"),
         env={
-            **os.environ,
             "DATABASE_URL": url,
             "DJANGO_SETTINGS_MODULE": "config.settings.test",
             "DB_CONN_MAX_AGE": "60",
@@ -263,9 +250,7 @@ def test_postgresql_down_answers_503_and_requests_work_again_once_it_is_back(tmp
             "API_LOOKUP_CACHE_SECONDS": "0",
             "DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS": str(RETRY_AFTER),
         },
-        stdout=open(tmp_path / "gunicorn.log", "wb"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        log=tmp_path / "gunicorn.log",
     )
     base = f"http://127.0.0.1:{port}"
 

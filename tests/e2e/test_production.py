@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import requests
@@ -16,7 +15,7 @@ from jobtracking.api.auth import token_issue
 from tests.e2e.conftest import wait_for_terminal
 from tests.factories import ExtractorFactory
 from tests.jobtracking.api.conftest import service_account
-from tests.processes import ROOT, answers, free_port, manage, wait_until
+from tests.processes import ROOT, answers, free_port, manage, start_gunicorn, wait_until
 
 SECRET_VALUE = "sk-e2e-extractor-key-3f9a1c77d2"
 PRODUCTION_ENV = {
@@ -94,20 +93,11 @@ def test_gunicorn_serves_a_job_end_to_end_and_logs_keep_the_key_secret(stack, sa
     stack.start("collectstatic", "--no-input", log="collectstatic.log", **PRODUCTION_ENV).wait(
         timeout=120
     )
-    gunicorn = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "gunicorn"),
-            "config.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-        ],
-        cwd=ROOT,
-        env={**os.environ, **stack.env, **PRODUCTION_ENV},
-        stdout=open(stack.log_dir / "gunicorn.log", "wb"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    gunicorn = start_gunicorn(
+        port,
+        *("--workers", "2"),
+        env={**stack.env, **PRODUCTION_ENV},
+        log=stack.log_dir / "gunicorn.log",
     )
     stack.others.append(gunicorn)
     base = f"http://127.0.0.1:{port}"
