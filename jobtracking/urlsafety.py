@@ -8,7 +8,7 @@ import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import requests
 from django.conf import settings
@@ -23,18 +23,33 @@ class UnsafeURLError(ApplicationError):
     http_status = 400
 
 
+def _port(parts: SplitResult) -> int:
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _allowed_origins() -> set[tuple[str, str, int]]:
+    """`OUTBOUND_ALLOWED_ORIGINS` as (scheme, host, port): one service on a non-public address
+    (the demo's sandbox), without the rest of its host or network."""
+    origins = set()
+    for text in settings.OUTBOUND_ALLOWED_ORIGINS:
+        parts = urlsplit(text)
+        origins.add((parts.scheme, (parts.hostname or "").lower(), _port(parts)))
+    return origins
+
+
 def _allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     return [ipaddress.ip_network(net, strict=False) for net in settings.OUTBOUND_ALLOWED_NETWORKS]
 
 
 def check_public_url(url: str, *, approved_hosts: dict | None = None) -> list[str] | None:
     """Raise `UnsafeURLError` unless `url` is http(s) and every address its host resolves to is
-    public, or the host or its network is allowed by settings. Returns the approved addresses to
-    connect to (None for a host the settings allow by name). `approved_hosts` remembers the
-    hosts approved so far, for a caller checking many URLs at once (a bulk create's)."""
+    public, or the host, its origin or its network is allowed by settings. Returns the approved
+    addresses to connect to (None for a host or origin the settings allow by name).
+    `approved_hosts` remembers the hosts approved so far, for a caller checking many URLs at once
+    (a bulk create's)."""
     try:
         parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = _port(parts)
     except ValueError:
         raise UnsafeURLError("The URL is malformed.") from None
     if parts.scheme not in ALLOWED_SCHEMES:
@@ -44,7 +59,7 @@ def check_public_url(url: str, *, approved_hosts: dict | None = None) -> list[st
         raise UnsafeURLError("The URL has no host.")
     if parts.username or parts.password:
         raise UnsafeURLError("URLs with credentials are not accepted.")
-    if host in settings.OUTBOUND_ALLOWED_HOSTS:
+    if host in settings.OUTBOUND_ALLOWED_HOSTS or (parts.scheme, host, port) in _allowed_origins():
         return None
     if approved_hosts is None:
         return _public_addresses(host, port)

@@ -262,6 +262,7 @@ CIRCUIT_PROBE_MAX_SECONDS = float(os.environ.get("CIRCUIT_PROBE_MAX_SECONDS", "1
 # Outbound URLs given by clients (source_url, webhooks) must be public unless named here.
 OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS")
 OUTBOUND_ALLOWED_NETWORKS = env_list("OUTBOUND_ALLOWED_NETWORKS")
+OUTBOUND_ALLOWED_ORIGINS = env_list("OUTBOUND_ALLOWED_ORIGINS")  # scheme://host:port
 
 # API limits.
 JOBS_UPLOAD_MAX_BYTES = int(os.environ.get("JOBS_UPLOAD_MAX_BYTES", str(50 << 20)))

@@ -341,6 +341,19 @@ def test_ssrf_guard_allows_public_addresses_and_configured_exceptions(settings):
     check_public_url("http://internal.example/hook")
 
 
+def test_ssrf_guard_allows_an_origin_exactly_not_its_host_or_network(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    settings.OUTBOUND_ALLOWED_ORIGINS = ["http://127.0.0.1:8765"]
+    assert check_public_url("http://127.0.0.1:8765/_sandbox/webhooks") is None
+    for other in (
+        "http://127.0.0.1:8000/admin/",
+        "https://127.0.0.1:8765/",
+        "http://127.0.0.2:8765/",
+    ):
+        with pytest.raises(UnsafeURLError, match="loopback"):
+            check_public_url(other)
+
+
 def test_subscription_validation_refuses_private_urls_and_unknown_types(settings):
     settings.OUTBOUND_ALLOWED_NETWORKS = []
     with pytest.raises(ValidationError, match="non-public"):
