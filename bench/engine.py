@@ -271,24 +271,24 @@ def new_extractor(url: str, **limits):
 def create_jobs(extractor, count: int, files: str) -> None:
     """Through the bulk service, 500 a call (as `POST /jobs/bulk/` does), or one at a time with
     BENCH_CREATE=single."""
-    from jobtracking.services import Actor, job_create, job_create_many
+    from jobtracking.services import Actor, NewJob, job_create, job_create_many
 
     names = sorted(p.name for p in SAMPLES.iterdir())
     items = [
-        {
-            "extractor": extractor,
-            "file_id": f"bench-{n}",
-            "file_name": names[n % len(names)],
-            "source_url": f"{files}/{names[n % len(names)]}",
-        }
+        NewJob(
+            extractor=extractor,
+            file_id=f"bench-{n}",
+            file_name=names[n % len(names)],
+            source_url=f"{files}/{names[n % len(names)]}",
+        )
         for n in range(count)
     ]
     if CREATE == "single":
-        for item in items:
-            job_create(actor=Actor.system(), **item)
+        for new in items:
+            job_create(new, actor=Actor.system())
         return
     for start in range(0, count, 500):
-        job_create_many(items=items[start : start + 500], actor=Actor.system())
+        job_create_many(items[start : start + 500], actor=Actor.system())
 
 
 def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: dict, **limits):

@@ -38,14 +38,16 @@ def client(name: str):
     return Actor(ActorType.API, user)
 
 
-def items(extractor, files: str, prefix: str, count: int) -> list[dict]:
+def items(extractor, files: str, prefix: str, count: int) -> list:
+    from jobtracking.services import NewJob
+
     return [
-        {
-            "extractor": extractor,
-            "file_id": f"{prefix}-{n}",
-            "file_name": "budget.csv",
-            "source_url": f"{files}/budget.csv",
-        }
+        NewJob(
+            extractor=extractor,
+            file_id=f"{prefix}-{n}",
+            file_name="budget.csv",
+            source_url=f"{files}/budget.csv",
+        )
         for n in range(count)
     ]
 
@@ -57,7 +59,7 @@ def bulk_create(extractor, files: str, actor, prefix: str, count: int) -> None:
 
     batch = items(extractor, files, prefix, count)
     for start in range(0, len(batch), 500):
-        job_create_many(items=batch[start : start + 500], actor=actor)
+        job_create_many(batch[start : start + 500], actor=actor)
     connection.close()
 
 
@@ -110,7 +112,7 @@ def run(
 
             time.sleep(1)
             b_jobs = [
-                job_create(actor=b, **item) for item in items(extractor, files, f"b{tag}", b_count)
+                job_create(new, actor=b) for new in items(extractor, files, f"b{tag}", b_count)
             ]
             wait_until(lambda: finished(extractor, b), 600, "B's jobs")
             a_waiting = ExtractionJob.objects.filter(

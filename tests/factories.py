@@ -161,13 +161,9 @@ class WebhookDeliveryFactory(factory.django.DjangoModelFactory):
 def api_job(extractor=None, file_id: str = "f", *, user=None, **fields) -> ExtractionJob:
     """A job made the way a client's request makes it: through `job_create` (audit row, event,
     deliveries), by URL unless an upload is given."""
-    from jobtracking.services import Actor, job_create
+    from jobtracking.services import Actor, NewJob, job_create
 
     if "upload" not in fields:
         fields.setdefault("source_url", "https://files.example.org/f.pdf")
-    return job_create(
-        extractor=extractor or ExtractorFactory(),
-        actor=Actor("api", user),
-        file_id=file_id,
-        **fields,
-    )
+    new = NewJob(extractor=extractor or ExtractorFactory(), file_id=file_id, **fields)
+    return job_create(new, actor=Actor("api", user))

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
+from jobtracking.api.bulk_validation import BulkItemValidator
 from jobtracking.api.docs import (
     events_docs,
     extractors_docs,
@@ -32,7 +33,6 @@ from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
-from jobtracking.api.quick_create import batch_validator, single_validator
 from jobtracking.api.serializers import (
     BulkCreateSerializer,
     BulkResultSerializer,
@@ -47,7 +47,7 @@ from jobtracking.api.serializers import (
     JobStatusChangeSerializer,
     JobStatusSerializer,
     StatsSerializer,
-    job_fields,
+    create_checker,
     request_fingerprint,
 )
 from jobtracking.errors import JobValidationError
@@ -72,6 +72,7 @@ from jobtracking.selectors import (
 )
 from jobtracking.services import (
     Actor,
+    NewJob,
     job_cancel,
     job_create,
     job_create_idempotent,
@@ -158,8 +159,8 @@ class ExtractionJobViewSet(
         if declared > settings.JOBS_UPLOAD_MAX_BYTES + (1 << 20):
             # Refused before reading the body.
             return too_large()
-        validated = check_priority(request, single_validator().validated(request.data))
-        upload = validated.get("file")
+        validated = check_priority(request, create_checker().run_validation(request.data))
+        upload = validated.get("upload")
         if upload is not None:
             if upload.size > settings.JOBS_UPLOAD_MAX_BYTES:
                 return too_large()
@@ -180,17 +181,12 @@ class ExtractionJobViewSet(
         if len(key) > 255:
             raise JobValidationError({"Idempotency-Key": "At most 255 characters."})
         if key:
-            job, created = job_create_idempotent(
-                idempotency_key=key,
-                request_fingerprint=request_fingerprint(validated),
-                actor=api_actor(request),
-                **job_fields(validated),
+            new = NewJob(
+                **validated, idempotency_key=key, request_fingerprint=request_fingerprint(validated)
             )
+            job, created = job_create_idempotent(new, actor=api_actor(request))
         else:
-            job, created = (
-                job_create(actor=api_actor(request), **job_fields(validated)),
-                True,
-            )
+            job, created = job_create(NewJob(**validated), actor=api_actor(request)), True
         data = ExtractionJobSerializer(job, context={"request": request}).data
         if not created:
             return Response(data)
@@ -206,7 +202,7 @@ class ExtractionJobViewSet(
         envelope.is_valid(raise_exception=True)
         items = envelope.validated_data["jobs"]
         slugs = {item.get("extractor") for item in items if isinstance(item.get("extractor"), str)}
-        checker = batch_validator({e.slug: e for e in Extractor.objects.filter(slug__in=slugs)})
+        checker = BulkItemValidator({e.slug: e for e in Extractor.objects.filter(slug__in=slugs)})
         valid, results = [], {}
         for index, item in enumerate(items):
             try:
@@ -221,7 +217,8 @@ class ExtractionJobViewSet(
                     errors=field_errors(error.detail),
                 )
                 results[index] = item_error(index, body)
-        outcomes = job_create_many(items=[fields for _, fields in valid], actor=api_actor(request))
+        items = [NewJob(**fields) for _, fields in valid]
+        outcomes = job_create_many(items, actor=api_actor(request))
         created = [outcome.job for outcome in outcomes if outcome.job is not None]
         rendered = iter(
             ExtractionJobSerializer(created, many=True, context={"request": request}).data

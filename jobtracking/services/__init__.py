@@ -7,7 +7,12 @@
 - `engine`: the worker's batched steps (start, record) and the extractor limits they enforce.
 """
 
-from jobtracking.services.creation import job_create, job_create_idempotent, job_create_many
+from jobtracking.services.creation import (
+    NewJob,
+    job_create,
+    job_create_idempotent,
+    job_create_many,
+)
 from jobtracking.services.operations import (
     job_cancel,
     job_hand_back_expired_lease,
@@ -27,6 +32,7 @@ __all__ = [
     "SYSTEM",
     "Actor",
     "Move",
+    "NewJob",
     "job_cancel",
     "job_create",
     "job_create_idempotent",

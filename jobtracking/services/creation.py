@@ -3,8 +3,8 @@ one transaction. A new job is `pending` and due at once; its creating transactio
 dispatcher (`jobtracking.wakeup`), which hands it to a worker as soon as it has committed."""
 
 import contextlib
+import dataclasses
 import functools
-import json
 import logging
 import re
 import uuid
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files import File
 from django.db import IntegrityError, connection, transaction
@@ -55,115 +54,63 @@ logger = logging.getLogger(__name__)
 SAFE_EXTENSION = re.compile(r"\.[a-z0-9]{1,10}")
 
 
-def _json_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":")).encode())
+@dataclass(frozen=True, kw_only=True)
+class NewJob:
+    """What a creator gives for a new job: the one input of every create (API, commands,
+    benchmarks). Each field is the model field of its name; a client-supplied field is added
+    here, to the model, to the create serializer and to the representation
+    (`tests/jobtracking/test_new_job_fields.py` fails when they disagree)."""
+
+    extractor: Extractor
+    file_id: str
+    source_url: str = ""
+    upload: File | None = None
+    file_name: str = ""
+    content_type: str = ""
+    file_size: int | None = None
+    file_sha256: str = ""
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    priority: Priority | None = None  # None: the create's default (`job_create_many`)
+    # From the request's Idempotency-Key header, not its body (`job_create_idempotent`).
+    idempotency_key: str | None = None
+    request_fingerprint: str = ""
+
+    def problems(self) -> dict[str, str]:
+        """What makes this no job, by field: the rules of a job's shape, which the create
+        serializer reports too (its `validate`) so that clients see them as field errors."""
+        problems = {}
+        if not self.file_id.strip():
+            problems["file_id"] = "This field is required."
+        if bool(self.source_url) == bool(self.upload):
+            problems["source_url"] = "Give exactly one of source_url and file."
+        return problems
 
 
-def _validate_new_job(
-    *, extractor: Extractor, file_id: str, source_url: str, upload: File | None, options, metadata
-) -> None:
-    if not extractor.enabled:
-        raise ExtractorDisabledError(f"Extractor {extractor.slug} is disabled.")
-    problems = {}
-    if not file_id.strip():
-        problems["file_id"] = "This field is required."
-    if bool(source_url) == bool(upload):
-        problems["source"] = "Give exactly one of source_url and an uploaded file."
-    for name, value, cap in (
-        ("options", options, settings.JOBS_OPTIONS_MAX_BYTES),
-        ("metadata", metadata, settings.JOBS_METADATA_MAX_BYTES),
-    ):
-        if not isinstance(value, dict):
-            problems[name] = "Must be a JSON object."
-        elif _json_size(value) > cap:
-            problems[name] = f"Must be at most {cap} bytes as JSON."
-    if problems:
+NEW_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(NewJob))
+
+
+def _checked(new: NewJob) -> None:
+    if not new.extractor.enabled:  # it may have been disabled since the request was validated
+        raise ExtractorDisabledError(f"Extractor {new.extractor.slug} is disabled.")
+    if problems := new.problems():
         raise JobValidationError(problems)
 
 
-def job_create(
-    *,
-    extractor: Extractor,
-    file_id: str,
-    actor: Actor,
-    source_url: str = "",
-    upload: File | None = None,
-    file_name: str = "",
-    content_type: str = "",
-    file_size: int | None = None,
-    file_sha256: str = "",
-    options: dict[str, Any] | None = None,
-    metadata: dict[str, Any] | None = None,
-    idempotency_key: str | None = None,
-    request_fingerprint: str = "",
-    reason: str = "",
-    priority: Priority = Priority.NORMAL,
-) -> ExtractionJob:
-    """Create a `pending` job due now, with its `job.created` audit row and event.
+def job_create(new: NewJob, *, actor: Actor, reason: str = "") -> ExtractionJob:
+    """Create a `pending` job due now, with its `job.created` audit row and event: the one-item
+    form of `job_create_many`, raising its item's error.
 
-    Refuses a disabled extractor, bad input, and a second active job for the same
-    (extractor, file_id) — the last one enforced by the database's partial unique index, so it
-    holds under concurrency. Runs in its own transaction (a savepoint inside a caller's).
+    Refuses a disabled extractor, a job of the wrong shape, and a second active job for the
+    same (extractor, file_id) — the last one enforced by the database's partial unique index,
+    so it holds under concurrency. Runs in its own transaction (a savepoint inside a caller's).
     """
-    options = {} if options is None else options
-    metadata = {} if metadata is None else metadata
-    _validate_new_job(
-        extractor=extractor,
-        file_id=file_id,
-        source_url=source_url,
-        upload=upload,
-        options=options,
-        metadata=metadata,
+    (outcome,) = job_create_many(
+        [new], actor=actor, reason=reason, default_priority=Priority.NORMAL
     )
-    now = timezone.now()
-    job = _new_job(
-        extractor=extractor,
-        actor=actor,
-        now=now,
-        file_id=file_id,
-        file_name=file_name,
-        content_type=content_type,
-        file_size=file_size,
-        file_sha256=file_sha256,
-        source_url=source_url,
-        options=options,
-        metadata=metadata,
-        priority=priority,
-        idempotency_key=idempotency_key,
-        request_fingerprint=request_fingerprint,
-    )
-    with _upload_stored(job, upload, file_name):
-        try:
-            inserted = _insert_created([job], actor=actor, reason=reason, now=now)
-        except IntegrityError:
-            if error := active_job_error(extractor, file_id, viewer=actor.user):
-                raise error from None
-            raise
-        if job.pk not in inserted:
-            held = active_job_error(extractor, file_id, viewer=actor.user)
-            raise held or _held_meanwhile(extractor, file_id)
-    return job
-
-
-@contextlib.contextmanager
-def _upload_stored(job: ExtractionJob, upload: File | None, file_name: str):
-    """Saves the upload for `job` under a generated name (`file_name` keeps the client's, which
-    may be longer than a file system allows), and deletes it again unless the block completes:
-    a refused job (409, an idempotent twin) leaves no file behind. A file left by a caller's
-    transaction that rolled back is for `uploads_sweep`."""
-    if upload is None:
-        yield
-        return
-    job.upload.save(upload_storage_name(upload.name or file_name), upload, save=False)
-    try:
-        yield
-    except BaseException:
-        name = job.upload.name
-        try:
-            job.upload.delete(save=False)
-        except Exception:  # the original error matters more; the sweep retries
-            logger.exception("Could not delete the refused upload %s", name)
-        raise
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.job
 
 
 def upload_storage_name(client_name: str) -> str:
@@ -173,6 +120,31 @@ def upload_storage_name(client_name: str) -> str:
     if not SAFE_EXTENSION.fullmatch(extension):
         extension = ""
     return f"{uuid.uuid4().hex}{extension}"
+
+
+@contextlib.contextmanager
+def _uploads_stored(uploads: list[tuple[ExtractionJob, File]]):
+    """Saves each job's upload under a generated name (`file_name` keeps the client's, which may
+    be longer than a file system allows), and deletes them again unless the block completes. A
+    file left by a caller's transaction that rolled back is for `sweep_uploads`."""
+    stored = []
+    try:
+        for job, upload in uploads:
+            job.upload.save(upload_storage_name(upload.name or job.file_name), upload, save=False)
+            stored.append(job)
+        yield
+    except BaseException:
+        _delete_uploads(stored)
+        raise
+
+
+def _delete_uploads(jobs: list[ExtractionJob]) -> None:
+    for job in jobs:
+        name = job.upload.name
+        try:
+            job.upload.delete(save=False)
+        except Exception:  # the refusal matters more; the sweep retries
+            logger.exception("Could not delete the refused upload %s", name)
 
 
 def _replayed_job(
@@ -188,22 +160,21 @@ def _replayed_job(
 
 
 def job_create_idempotent(
-    *, idempotency_key: str, request_fingerprint: str, actor: Actor, **fields: Any
+    new: NewJob, *, actor: Actor, reason: str = ""
 ) -> tuple[ExtractionJob, bool]:
-    """`job_create` keyed by the client's Idempotency-Key: the same key with the same request
-    returns the original job (created=False); with a different request it is refused
-    (`IdempotencyKeyReusedError`). Concurrent twins are settled by the unique constraint."""
-    if existing := _replayed_job(actor.user, idempotency_key, request_fingerprint):
+    """`job_create` keyed by the client's Idempotency-Key (`new.idempotency_key`): the same key
+    with the same request returns the original job (created=False); with a different request
+    it is refused (`IdempotencyKeyReusedError`). Concurrent twins are settled by the unique
+    constraint."""
+    replayed = functools.partial(
+        _replayed_job, actor.user, new.idempotency_key, new.request_fingerprint
+    )
+    if existing := replayed():
         return existing, False
     try:
-        job = job_create(
-            actor=actor,
-            idempotency_key=idempotency_key,
-            request_fingerprint=request_fingerprint,
-            **fields,
-        )
+        job = job_create(new, actor=actor, reason=reason)
     except IntegrityError:
-        if existing := _replayed_job(actor.user, idempotency_key, request_fingerprint):
+        if existing := replayed():
             return existing, False
         raise
     return job, True
@@ -216,39 +187,68 @@ class BulkOutcome:
     error: ApplicationError | None = None
 
 
-def job_create_many(*, items: list[dict[str, Any]], actor: Actor) -> list[BulkOutcome]:
-    """Create many validated jobs (each a dict of `job_create` fields with a URL source) in one
-    transaction and a handful of queries. Items whose file an active job holds (stored, or an
-    earlier item of the batch) get an `ActiveJobExistsError` outcome; the others are created.
-    The dispatcher picks the new jobs up (they are due now) at once. Items without a priority
-    are `bulk`."""
-    items = [{"priority": Priority.BULK, **item} for item in items]
+def job_create_many(
+    items: list[NewJob],
+    *,
+    actor: Actor,
+    reason: str = "Bulk create",
+    default_priority: Priority = Priority.BULK,
+) -> list[BulkOutcome]:
+    """Create many jobs in one transaction and a handful of queries (one statement on
+    PostgreSQL), an outcome per item. Items whose file an active job holds (stored, or an
+    earlier item's) get an `ActiveJobExistsError` outcome, items of the wrong shape their
+    error; the others are created. The dispatcher picks the new jobs up (they are due now) at
+    once. Items without a priority get `default_priority`."""
     now = timezone.now()
-    keys = [(item["extractor"].pk, item["file_id"]) for item in items]
+    keys = [(new.extractor.pk, new.file_id) for new in items]
+    refused: dict[int, ApplicationError] = {}
     # On PostgreSQL the insert itself leaves out a job whose file an active job holds (its
     # ON CONFLICT, on the unique index it updates anyway); elsewhere they are looked for first.
     holders = {} if connection.vendor == "postgresql" else _active_holders(set(keys))
     first: dict[tuple, tuple[int, ExtractionJob]] = {}  # each file's first item and its job
-    for index, (item, key) in enumerate(zip(items, keys, strict=True)):
+    for index, (new, key) in enumerate(zip(items, keys, strict=True)):
+        try:
+            _checked(new)
+        except ApplicationError as error:
+            refused[index] = error
+            continue
         if key not in holders and key not in first:
-            first[key] = (index, _new_job(actor=actor, now=now, **item))
+            first[key] = (index, _new_job(new, actor=actor, now=now, priority=default_priority))
     jobs = [job for _index, job in first.values()]
+    uploads = [(job, items[index].upload) for index, job in first.values() if items[index].upload]
     try:
-        inserted = _insert_created(jobs, actor=actor, reason="Bulk create", now=now)
+        with _uploads_stored(uploads):
+            inserted = _insert_created(jobs, actor=actor, reason=reason, now=now)
     except IntegrityError:
+        if len(items) == 1 and (error := active_job_error(*_file(items[0]), viewer=actor.user)):
+            return [BulkOutcome(0, error=error)]
+        if len(items) == 1:
+            raise
         # A concurrent request made one of these files active meanwhile: one savepoint each.
-        return [_create_one(index, item, actor) for index, item in enumerate(items)]
+        return [
+            BulkOutcome(index, error=refused[index])
+            if index in refused
+            else _create_one(index, new, actor, reason, default_priority)
+            for index, new in enumerate(items)
+        ]
+    _delete_uploads([job for job, _upload in uploads if job.pk not in inserted])
     holders |= {key: job for key, (_index, job) in first.items() if job.pk in inserted}
-    if missing := set(keys) - holders.keys():
+    if missing := {key for index, key in enumerate(keys) if index not in refused} - holders.keys():
         holders |= _active_holders(missing)
     outcomes = []
-    for index, (item, key) in enumerate(zip(items, keys, strict=True)):
+    for index, (new, key) in enumerate(zip(items, keys, strict=True)):
         first_index, job = first.get(key, (None, None))
-        if first_index == index and job.pk in inserted:
+        if index in refused:
+            outcomes.append(BulkOutcome(index, error=refused[index]))
+        elif first_index == index and job.pk in inserted:
             outcomes.append(BulkOutcome(index, job=job))
         else:
-            outcomes.append(BulkOutcome(index, error=_held(item, holders.get(key), actor)))
+            outcomes.append(BulkOutcome(index, error=_held(new, holders.get(key), actor)))
     return outcomes
+
+
+def _file(new: NewJob) -> tuple[Extractor, str]:
+    return new.extractor, new.file_id
 
 
 def _active_holders(keys: set[tuple]) -> dict[tuple, ExtractionJob]:
@@ -265,11 +265,10 @@ def _active_holders(keys: set[tuple]) -> dict[tuple, ExtractionJob]:
     }
 
 
-def _held(item: dict[str, Any], holder: ExtractionJob | None, actor: Actor):
-    extractor, file_id = item["extractor"], item["file_id"]
+def _held(new: NewJob, holder: ExtractionJob | None, actor: Actor):
     if holder is None:
-        return _held_meanwhile(extractor, file_id)
-    return holder_error(extractor, file_id, holder, viewer=actor.user)
+        return _held_meanwhile(*_file(new))
+    return holder_error(*_file(new), holder, viewer=actor.user)
 
 
 def _held_meanwhile(extractor: Extractor, file_id: str) -> ActiveJobExistsError:
@@ -280,30 +279,33 @@ def _held_meanwhile(extractor: Extractor, file_id: str) -> ActiveJobExistsError:
     )
 
 
-def _new_job(*, extractor: Extractor, actor: Actor, now, **fields: Any) -> ExtractionJob:
+def _new_job(new: NewJob, *, actor: Actor, now, priority: Priority) -> ExtractionJob:
     """A new job, `pending` and due now, with the extractor and requester its representation
-    and events read already attached."""
+    and events read already attached (its upload is stored later, `_uploads_stored`)."""
+    values = {name: getattr(new, name) for name in NEW_JOB_FIELDS}
+    del values["extractor"], values["upload"]
+    if new.priority is None:
+        values["priority"] = priority
     job = instance(
         ExtractionJob,
-        extractor_id=extractor.pk,
+        extractor_id=new.extractor.pk,
         requested_by_id=actor.user_id,
         status_id=states.PENDING,
         created_at=now,
         due_at=now,
-        deadline_at=now + extractor.max_duration,
-        **fields,
+        deadline_at=now + new.extractor.max_duration,
+        **values,
     )
     # As `job.extractor = extractor` leaves them, without its checks (a bulk create's 500).
-    ExtractionJob.extractor.field.set_cached_value(job, extractor)
+    ExtractionJob.extractor.field.set_cached_value(job, new.extractor)
     ExtractionJob.requested_by.field.set_cached_value(job, actor.user)
     return job
 
 
-def _create_one(index: int, item: dict[str, Any], actor: Actor) -> BulkOutcome:
-    try:
-        return BulkOutcome(index, job=job_create(actor=actor, reason="Bulk create", **item))
-    except ApplicationError as error:
-        return BulkOutcome(index, error=error)
+def _create_one(index: int, new: NewJob, actor: Actor, reason: str, priority) -> BulkOutcome:
+    """One item in a savepoint of its own (`_insert_created`)."""
+    (outcome,) = job_create_many([new], actor=actor, reason=reason, default_priority=priority)
+    return dataclasses.replace(outcome, index=index)
 
 
 def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now) -> set:

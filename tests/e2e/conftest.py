@@ -16,7 +16,7 @@ from django_q.conf import Conf
 from extraction.models import Adapter
 from jobtracking import states
 from jobtracking.models import ExtractionJob
-from jobtracking.services import Actor, job_create
+from jobtracking.services import Actor, NewJob, job_create
 from tests.factories import ExtractorFactory
 from tests.processes import descendants, start_command, stop, wait_until
 
@@ -175,11 +175,13 @@ def create_jobs(extractor, count: int, prefix: str = "f") -> list:
         name = NAMES[n % len(NAMES)]
         jobs.append(
             job_create(
-                extractor=extractor,
+                NewJob(
+                    extractor=extractor,
+                    file_id=f"{prefix}-{n}",
+                    file_name=name,
+                    upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
+                ),
                 actor=Actor("api"),
-                file_id=f"{prefix}-{n}",
-                file_name=name,
-                upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
             ).pk
         )
     return jobs

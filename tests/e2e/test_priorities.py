@@ -6,7 +6,7 @@ from django.core.files.base import ContentFile
 from django.db import transaction
 
 from jobtracking.models import ActorType, ExtractionJob, JobStatusChange, Priority
-from jobtracking.services import Actor, job_create
+from jobtracking.services import Actor, NewJob, job_create
 from tests.e2e.conftest import SAMPLES, wait_for_terminal
 from tests.factories import UserFactory
 
@@ -17,12 +17,14 @@ def upload_jobs(extractor, actor, count: int, prefix: str, priority: Priority) -
     body = (SAMPLES / "budget.csv").read_bytes()
     return [
         job_create(
-            extractor=extractor,
+            NewJob(
+                extractor=extractor,
+                file_id=f"{prefix}-{n}",
+                file_name="budget.csv",
+                upload=ContentFile(body, name="budget.csv"),
+                priority=priority,
+            ),
             actor=actor,
-            file_id=f"{prefix}-{n}",
-            file_name="budget.csv",
-            upload=ContentFile(body, name="budget.csv"),
-            priority=priority,
         ).pk
         for n in range(count)
     ]

@@ -16,7 +16,15 @@ from django_q.tasks import async_task
 from jobtracking.dispatcher import WORKERS, Dispatcher, broker_depth, claim_due_jobs
 from jobtracking.errors import JobMovedOnError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, RateSlot, ServiceHeartbeat
-from jobtracking.services import SYSTEM, Actor, Move, job_cancel, job_create, jobs_transition
+from jobtracking.services import (
+    SYSTEM,
+    Actor,
+    Move,
+    NewJob,
+    job_cancel,
+    job_create,
+    jobs_transition,
+)
 from jobtracking.services.engine import jobs_start, reserve_slots
 from jobtracking.tasks import beat, process_jobs
 from jobtracking.wakeup import Listener
@@ -34,11 +42,13 @@ def _loopback_sources(settings):
 def url_jobs(extractor, count: int, sandbox) -> list[ExtractionJob]:
     return [
         job_create(
-            extractor=extractor,
+            NewJob(
+                extractor=extractor,
+                file_id=f"batch-{n}",
+                file_name="budget.csv",
+                source_url=f"{sandbox.url}/healthz",
+            ),
             actor=Actor("api"),
-            file_id=f"batch-{n}",
-            file_name="budget.csv",
-            source_url=f"{sandbox.url}/healthz",
         )
         for n in range(count)
     ]
@@ -275,10 +285,10 @@ def test_a_new_job_wakes_the_dispatcher_once_its_transaction_commits(seeded_stat
     assert listening.wait(10)
     started = time.monotonic()
     job_create(
-        extractor=extractor,
+        NewJob(
+            extractor=extractor, file_id="wake", source_url="https://files.example.org/wake.pdf"
+        ),
         actor=Actor("api"),
-        file_id="wake",
-        source_url="https://files.example.org/wake.pdf",
     )
     thread.join(15)
     assert woken == [True] and time.monotonic() - started < 5

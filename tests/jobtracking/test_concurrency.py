@@ -12,7 +12,7 @@ from jobtracking import retention
 from jobtracking.errors import ActiveJobExistsError, InvalidTransitionError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
 from jobtracking.retention import jobs_purge
-from jobtracking.services import Actor, job_cancel, job_create, job_requeue, job_transition
+from jobtracking.services import Actor, NewJob, job_cancel, job_create, job_requeue, job_transition
 from tests.factories import ExtractionJobFactory, ExtractorFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("seeded_statuses")]
@@ -76,12 +76,17 @@ def test_two_workers_taking_the_same_lease_have_exactly_one_winner():
 def test_concurrent_creates_for_one_file_leave_exactly_one_active_job():
     extractor = ExtractorFactory()
     actor = Actor("api", UserFactory())
-    create = lambda: job_create(  # noqa: E731
-        extractor=extractor,
-        file_id="shared-file",
-        source_url="https://files.example.org/shared.pdf",
-        actor=actor,
-    )
+
+    def create():
+        return job_create(
+            NewJob(
+                extractor=extractor,
+                file_id="shared-file",
+                source_url="https://files.example.org/shared.pdf",
+            ),
+            actor=actor,
+        )
+
     outcomes = race(create, create, create)
     assert sum(isinstance(o, ExtractionJob) for o in outcomes) == 1, outcomes
     assert sum(isinstance(o, ActiveJobExistsError) for o in outcomes) == 2, outcomes

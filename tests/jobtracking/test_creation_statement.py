@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobtracking.errors import ActiveJobExistsError
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
-from jobtracking.services.creation import job_create_many
+from jobtracking.services.creation import NewJob, job_create_many
 from jobtracking.services.transitions import Actor
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory, api_job
 
@@ -84,11 +84,11 @@ def test_a_bulk_create_leaves_out_the_jobs_whose_file_an_active_job_holds():
     WebhookSubscriptionFactory(event_types=[])
     held = api_job(extractor, file_id="held")
     items = [
-        {"extractor": extractor, "file_id": file_id, "source_url": "https://a.test/f.pdf"}
+        NewJob(extractor=extractor, file_id=file_id, source_url="https://a.test/f.pdf")
         for file_id in ("held", "new", "held", "new")
     ]
     with CaptureQueriesContext(connection) as queries:
-        outcomes = job_create_many(items=items, actor=Actor(ActorType.SYSTEM))
+        outcomes = job_create_many(items, actor=Actor(ActorType.SYSTEM))
     created = outcomes[1].job
     assert created is not None and created.file_id == "new"
     # Every refusal names the job that holds the file: stored, or created by this batch.

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange
 from jobtracking.rows import insert_fields, instance, json_rows, row_set
-from jobtracking.services.creation import job_create_many
+from jobtracking.services.creation import NewJob, job_create_many
 from jobtracking.services.transitions import Actor
 from tests.factories import ExtractorFactory, UserFactory, api_job
 
@@ -120,11 +120,15 @@ def test_a_row_set_sends_the_values_every_row_shares_once():
 def test_json_values_that_python_finds_equal_but_the_database_does_not_are_not_shared(values):
     extractor = ExtractorFactory()
     items = [
-        {"extractor": extractor, "file_id": f"f-{n}", "source_url": "https://a.test/f.pdf"}
-        | {"metadata": metadata}
+        NewJob(
+            extractor=extractor,
+            file_id=f"f-{n}",
+            source_url="https://a.test/f.pdf",
+            metadata=metadata,
+        )
         for n, metadata in enumerate(values)
     ]
-    outcomes = job_create_many(items=items, actor=Actor(ActorType.SYSTEM))
+    outcomes = job_create_many(items, actor=Actor(ActorType.SYSTEM))
     stored = ExtractionJob.objects.in_bulk([outcome.job.pk for outcome in outcomes])
     assert [json.dumps(stored[o.job.pk].metadata) for o in outcomes] == [
         json.dumps(v) for v in values

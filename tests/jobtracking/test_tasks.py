@@ -12,7 +12,7 @@ from django.utils import timezone
 from extraction.registry import get_client
 from jobtracking import states
 from jobtracking.models import ExtractionJob, ExtractionResult, JobEvent, JobStatusChange
-from jobtracking.services import Actor, job_cancel, job_create
+from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.services.engine import jobs_start
 from jobtracking.tasks import _submit_request, process_job, process_jobs, reap_stuck_jobs
 from tests.factories import ExtractionJobFactory
@@ -23,14 +23,14 @@ SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samp
 
 
 def new_job(extractor, name="budget.csv", **kwargs) -> ExtractionJob:
-    return job_create(
+    new = NewJob(
         extractor=extractor,
-        actor=Actor("api"),
         file_id=kwargs.pop("file_id", name),
         file_name=name,
         upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
         **kwargs,
     )
+    return job_create(new, actor=Actor("api"))
 
 
 def step(job: ExtractionJob) -> ExtractionJob:
@@ -164,11 +164,13 @@ def test_lost_external_job_fails_the_job(sandbox, sandbox_extractor):
 
 def test_unsupported_file_is_rejected_by_extractor(sandbox, sandbox_extractor):
     job = job_create(
-        extractor=sandbox_extractor,
+        NewJob(
+            extractor=sandbox_extractor,
+            file_id="bin",
+            file_name="photo.bin",
+            upload=ContentFile(bytes(range(256)) * 8, name="photo.bin"),
+        ),
         actor=Actor("api"),
-        file_id="bin",
-        file_name="photo.bin",
-        upload=ContentFile(bytes(range(256)) * 8, name="photo.bin"),
     )
     job = run_to_end(job)
     assert (job.status_id, job.error_code) == ("failed", "rejected_by_extractor")

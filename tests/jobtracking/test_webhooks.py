@@ -13,7 +13,7 @@ from werkzeug import Response
 
 from jobtracking.delivery_lane import claim_due_deliveries, deliveries_send_due
 from jobtracking.models import WebhookDelivery, WebhookSubscription
-from jobtracking.services import Actor, job_cancel, job_create
+from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 from jobtracking.webhooks import RETRY_SCHEDULE, deliver, delivery_retry, subscription_secret
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
@@ -34,10 +34,12 @@ def subscription(httpserver):
 
 def make_job(file_id="f-1"):
     return job_create(
-        extractor=ExtractorFactory(),
+        NewJob(
+            extractor=ExtractorFactory(),
+            file_id=file_id,
+            source_url="https://files.example.org/a.pdf",
+        ),
         actor=Actor("api"),
-        file_id=file_id,
-        source_url="https://files.example.org/a.pdf",
     )
 
 
@@ -398,17 +400,21 @@ def test_a_subscription_receives_only_the_events_of_jobs_its_owner_may_see():
     own = WebhookSubscriptionFactory(created_by=owner)
     everything = WebhookSubscriptionFactory(created_by=other, all_jobs=True)
     job = job_create(
-        extractor=ExtractorFactory(),
+        NewJob(
+            extractor=ExtractorFactory(),
+            file_id="scoped",
+            source_url="https://files.example.org/a.pdf",
+        ),
         actor=Actor("api", owner),
-        file_id="scoped",
-        source_url="https://files.example.org/a.pdf",
     )
     job_cancel(job_id=job.pk, actor=Actor("api", owner))
     foreign = job_create(
-        extractor=ExtractorFactory(),
+        NewJob(
+            extractor=ExtractorFactory(),
+            file_id="foreign",
+            source_url="https://files.example.org/a.pdf",
+        ),
         actor=Actor("api", other),
-        file_id="foreign",
-        source_url="https://files.example.org/a.pdf",
     )
     job_cancel(job_id=foreign.pk, actor=Actor("api", other))
     received = set(WebhookDelivery.objects.values_list("subscription", "event__job", "event__type"))

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 from extraction.models import Adapter, Extractor
 from jobtracking.errors import ActiveJobExistsError
 from jobtracking.models import ExtractionJob, WebhookSubscription
-from jobtracking.services import Actor, job_create
+from jobtracking.services import Actor, NewJob, job_create
 
 DEMO_ADMIN = "admin"
 
@@ -87,14 +87,16 @@ class Command(BaseCommand):
                 continue
             try:
                 job_create(
-                    extractor=extractor,
+                    NewJob(
+                        extractor=extractor,
+                        file_id=file_id,
+                        file_name=path.name,
+                        content_type=mimetypes.guess_type(path.name)[0] or "",
+                        file_size=path.stat().st_size,
+                        upload=ContentFile(path.read_bytes(), name=path.name),
+                        metadata={"demo": True},
+                    ),
                     actor=Actor.command(user),
-                    file_id=file_id,
-                    file_name=path.name,
-                    content_type=mimetypes.guess_type(path.name)[0] or "",
-                    file_size=path.stat().st_size,
-                    upload=ContentFile(path.read_bytes(), name=path.name),
-                    metadata={"demo": True},
                     reason="Demo data",
                 )
                 created += 1

@@ -17,7 +17,7 @@ from jobtracking.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
-from jobtracking.services import Actor, job_create
+from jobtracking.services import Actor, NewJob, job_create
 from jobtracking.webhooks import subscription_secret
 from tests.factories import (
     ExtractionJobFactory,
@@ -85,10 +85,10 @@ def test_changelist_filters_and_search(root_client, fleet, query, expected):
 
 def test_detail_page_shows_timeline_results_and_events(root_client):
     job = job_create(
-        extractor=ExtractorFactory(),
+        NewJob(
+            extractor=ExtractorFactory(), file_id="f", source_url="https://files.example.org/f.pdf"
+        ),
         actor=Actor("api"),
-        file_id="f",
-        source_url="https://files.example.org/f.pdf",
     )
     ExtractionResultFactory(job=job, payload={"pages": [{"text": "Total revenue: 5"}]})
     html = root_client.get(f"{JOBS}{job.pk}/change/").content.decode()

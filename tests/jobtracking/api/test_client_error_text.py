@@ -8,7 +8,7 @@ import pytest
 from django.core.files.base import ContentFile
 
 from jobtracking.models import ActorType, JobEvent, JobStatusChange
-from jobtracking.services import Actor, job_create
+from jobtracking.services import Actor, NewJob, job_create
 from tests.jobtracking.api.conftest import client_for, service_account
 from tests.jobtracking.test_tasks import SAMPLES, run_to_end
 
@@ -28,11 +28,13 @@ def test_a_failed_job_shows_clients_no_extractor_address(sandbox, sandbox_extrac
     sandbox_extractor.save()
     owner = service_account("owner")
     job = job_create(
-        extractor=sandbox_extractor,
+        NewJob(
+            extractor=sandbox_extractor,
+            file_id="budget",
+            file_name="budget.csv",
+            upload=ContentFile((SAMPLES / "budget.csv").read_bytes(), name="budget.csv"),
+        ),
         actor=Actor(ActorType.API, owner),
-        file_id="budget",
-        file_name="budget.csv",
-        upload=ContentFile((SAMPLES / "budget.csv").read_bytes(), name="budget.csv"),
     )
     job = run_to_end(job)
     assert (job.status_id, job.error_code) == ("failed", code)

@@ -372,3 +372,21 @@ def test_an_upload_whose_name_is_too_long_for_a_file_system_is_stored(
     assert stored.parts[0] == "uploads" and stored.suffix == ".txt"
     assert len(stored.name) == len("0123456789abcdef0123456789abcdef.txt")
     assert job.upload.read() == b"Total: 5\n"
+
+
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_single_and_bulk_creates_measure_metadata_alike_in_utf8_bytes(
+    api, extractor, settings, extra, accepted
+):
+    # Escaped as JSON ("\u00e9"), this metadata would be three times its UTF-8 size.
+    cap = settings.JOBS_METADATA_MAX_BYTES
+    wrapping = len('{"t":""}')
+    metadata = {"t": "é" * ((cap - wrapping) // 2) + "x" * ((cap - wrapping) % 2 + extra)}
+    single = api.post(URL, body(file_id="one", metadata=metadata), format="json")
+    bulk = api.post(
+        URL + "bulk/", {"jobs": [body(file_id="two", metadata=metadata)]}, format="json"
+    )
+    assert single.status_code == (201 if accepted else 400), single.content
+    assert bulk.json()["created"] == (1 if accepted else 0)
+    if not accepted:
+        assert "metadata" in single.json()["errors"]

@@ -8,7 +8,7 @@ from rest_framework import serializers
 
 from jobtracking.api.serializers import ExtractionJobSerializer
 from jobtracking.models import ExtractionJob, JobEvent, ServiceHeartbeat
-from jobtracking.services import Actor, job_cancel, job_create
+from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from tests.factories import (
     ExtractionJobFactory,
     ExtractionResultFactory,
@@ -192,10 +192,8 @@ def test_list_query_count_does_not_grow_with_the_page(
 
 def test_history_lists_the_status_changes_in_order(api, owner, extractor):
     job = job_create(
-        extractor=extractor,
+        NewJob(extractor=extractor, file_id="h", source_url="https://files.example.org/h.pdf"),
         actor=Actor("api", owner),
-        file_id="h",
-        source_url="https://files.example.org/h.pdf",
     )
     job_cancel(job_id=job.pk, actor=Actor("api", owner), reason="changed my mind")
     history = api.get(f"{URL}{job.pk}/history/").json()
@@ -276,10 +274,10 @@ def test_events_feed_pages_by_cursor_and_after(api, owner, other_api, extractor)
     actor = Actor("api", owner)
     made = [
         job_create(
-            extractor=extractor,
+            NewJob(
+                extractor=extractor, file_id=f"e{n}", source_url="https://files.example.org/e.pdf"
+            ),
             actor=actor,
-            file_id=f"e{n}",
-            source_url="https://files.example.org/e.pdf",
         )
         for n in range(5)
     ]
@@ -301,10 +299,8 @@ def test_events_feed_pages_by_cursor_and_after(api, owner, other_api, extractor)
 def test_events_feed_hides_events_younger_than_the_settle_window(api, owner, extractor, settings):
     settings.JOBS_EVENT_FEED_SETTLE_SECONDS = 60
     job_create(
-        extractor=extractor,
+        NewJob(extractor=extractor, file_id="new", source_url="https://files.example.org/e.pdf"),
         actor=Actor("api", owner),
-        file_id="new",
-        source_url="https://files.example.org/e.pdf",
     )
     assert api.get("/api/v1/events/").json()["results"] == []
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from jobtracking.models import ExtractionJob
-from jobtracking.services import Actor, job_create_many
+from jobtracking.services import Actor, NewJob, job_create_many
 from tests.factories import ExtractionJobFactory
 from tests.jobtracking.api.conftest import assert_problem
 
@@ -18,13 +18,13 @@ URL = "/api/v1/jobs/"
 def tied_jobs(owner, extractor) -> set[str]:
     """600 jobs of one bulk request: they share `created_at` and `updated_at`."""
     outcomes = job_create_many(
-        items=[
-            {
-                "extractor": extractor,
-                "file_id": f"tie-{n}",
-                "file_name": "tie.pdf",
-                "source_url": "https://files.example.org/tie.pdf",
-            }
+        [
+            NewJob(
+                extractor=extractor,
+                file_id=f"tie-{n}",
+                file_name="tie.pdf",
+                source_url="https://files.example.org/tie.pdf",
+            )
             for n in range(600)
         ],
         actor=Actor("api", owner),

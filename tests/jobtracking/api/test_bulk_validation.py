@@ -1,7 +1,7 @@
-"""The quick validation of JSON creates (`jobtracking.api.quick_create`), for bulk items and for
-single creates, against the create serializer it stands in for: what the quick path accepts, the
-serializer accepts with the same data; what it does not, the serializer judges (with its
-messages)."""
+"""The quick validation of bulk items (`jobtracking.api.bulk_validation`), against the create
+serializer it is derived from: what the quick path accepts, the serializer accepts with the same
+data; what it does not, the serializer judges (with its messages); a field or hook added to the
+serializer is honoured without a change to the quick path."""
 
 import socket
 
@@ -10,9 +10,10 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import URLValidator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
-from jobtracking.api.quick_create import batch_validator, single_validator
+from jobtracking.api.bulk_validation import PLAN, BulkItemValidator, plan
 from jobtracking.api.serializers import ExtractionJobCreateSerializer
 from tests.factories import ExtractorFactory
 
@@ -97,11 +98,11 @@ def judged(serializer, item) -> tuple:
 
 def assert_agrees(extractors: dict, item) -> None:
     serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
-    for validator in (batch_validator(extractors), single_validator()):
-        quick = validator.quick(item)
-        if quick is not None:
-            assert judged(serializer, item) == ("valid", quick)
-        assert judged(validator.serializer, item) == judged(serializer, item)
+    validator = BulkItemValidator(extractors)
+    quick = validator.quick(item)
+    if quick is not None:
+        assert judged(serializer, item) == ("valid", quick)
+    assert judged(validator.serializer, item) == judged(serializer, item)
 
 
 @pytest.mark.parametrize(
@@ -142,8 +143,7 @@ def test_the_quick_path_accepts_only_what_the_serializer_accepts_with_the_same_d
 def test_plain_items_take_the_quick_path(extractors, item):
     serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
     expected = serializer.run_validation(item)
-    assert batch_validator(extractors).quick(item) == expected
-    assert single_validator().quick(item) == expected
+    assert BulkItemValidator(extractors).quick(item) == expected
 
 
 @pytest.mark.parametrize(
@@ -156,10 +156,9 @@ def test_plain_items_take_the_quick_path(extractors, item):
     ],
 )
 def test_other_items_get_the_serializers_messages(extractors, item, field):
-    for validator in (batch_validator(extractors), single_validator()):
-        with pytest.raises(ValidationError) as refused:
-            validator.validated(item)
-        assert field in refused.value.detail
+    with pytest.raises(ValidationError) as refused:
+        BulkItemValidator(extractors).validated(item)
+    assert field in refused.value.detail
 
 
 ONE_HOSTS_URLS = [
@@ -183,7 +182,7 @@ ONE_HOSTS_URLS = [
 
 def test_urls_on_one_host_are_judged_one_by_one_as_the_serializer_judges_them(extractors):
     serializer = ExtractionJobCreateSerializer(context={"extractors": extractors})
-    validator = batch_validator(extractors)
+    validator = BulkItemValidator(extractors)
     accepted = 0
     for url in ONE_HOSTS_URLS * 2:  # the second time, each host has been judged before
         item = with_swaps({"source_url": url})
@@ -197,7 +196,7 @@ def test_urls_on_one_host_are_judged_one_by_one_as_the_serializer_judges_them(ex
 
 def test_a_url_too_long_for_the_validator_is_refused_on_a_host_judged_before(extractors):
     # (The field's own max_length refuses it first; the shortcut must not rely on that.)
-    validator, check = batch_validator(extractors), URLValidator()
+    validator, check = BulkItemValidator(extractors), URLValidator()
     validator._url(check, f"{ALLOWED_HOST}/a.pdf")
     with pytest.raises(DjangoValidationError):
         validator._url(check, f"{ALLOWED_HOST}/" + "a" * check.max_length)
@@ -218,7 +217,7 @@ def resolver(monkeypatch) -> list:
 
 
 def test_each_host_is_resolved_once_a_batch_and_a_refused_one_every_time(extractors, resolver):
-    validator = batch_validator(extractors)
+    validator = BulkItemValidator(extractors)
     for n in range(3):
         validator.validated(
             {"extractor": "on", "file_id": f"f{n}", "source_url": "https://public.example/a"}
@@ -232,9 +231,58 @@ def test_each_host_is_resolved_once_a_batch_and_a_refused_one_every_time(extract
     assert resolver.count("private.example") >= 2
 
 
-def test_a_single_create_resolves_its_host_every_time(extractors, resolver):
-    for n in range(2):
-        single_validator().validated(
-            {"extractor": "on", "file_id": f"f{n}", "source_url": "https://public.example/a"}
-        )
-    assert resolver == ["public.example", "public.example"]
+def test_the_plan_reads_every_writable_field_of_the_serializer():
+    writable = {
+        name
+        for name, field in ExtractionJobCreateSerializer().fields.items()
+        if not field.read_only
+    }
+    assert PLAN.keys() == writable
+    # Fields that only add validators to text or integers are read quickly, the rest by their own
+    # rules (a field overriding how it reads its input among them).
+    assert PLAN["source_url"] == PLAN["file_sha256"] == "text" and PLAN["file_size"] == "integer"
+    assert PLAN["metadata"] == PLAN["extractor"] == PLAN["file"] == "field"
+
+
+def test_a_field_with_its_own_reading_is_read_by_its_own_rules():
+    class Shouting(serializers.CharField):
+        def to_internal_value(self, data):
+            return super().to_internal_value(data).upper()
+
+    class WithShouting(ExtractionJobCreateSerializer):
+        file_name = Shouting(required=False)
+
+    assert plan(WithShouting)["file_name"] == "field"
+
+
+def test_a_hook_added_to_the_serializer_is_honoured_by_the_quick_path(extractors, monkeypatch):
+    def validate_file_id(self, value):
+        if ".." in value:
+            raise serializers.ValidationError("No parent segments.")
+        return value.lower()
+
+    monkeypatch.setattr(
+        ExtractionJobCreateSerializer, "validate_file_id", validate_file_id, raising=False
+    )
+    validator = BulkItemValidator(extractors)
+    assert validator.quick(with_swaps({"file_id": "a/../b"})) is None
+    with pytest.raises(ValidationError) as refused:
+        validator.validated(with_swaps({"file_id": "a/../b"}))
+    assert refused.value.detail["file_id"] == ["No parent segments."]
+    assert validator.quick(with_swaps({"file_id": "ABC"}))["file_id"] == "abc"
+
+
+def test_the_serializers_validate_is_honoured_by_the_quick_path(extractors, monkeypatch):
+    original = ExtractionJobCreateSerializer.validate
+
+    def validate(self, data):
+        data = original(self, data)
+        if data["file_id"] == data.get("file_name"):
+            raise serializers.ValidationError({"file_name": "Must differ from file_id."})
+        return data
+
+    monkeypatch.setattr(ExtractionJobCreateSerializer, "validate", validate)
+    item = with_swaps({"file_name": "f-1"})
+    with pytest.raises(ValidationError) as refused:
+        BulkItemValidator(extractors).validated(item)
+    assert "file_name" in refused.value.detail

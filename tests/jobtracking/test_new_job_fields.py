@@ -1,0 +1,59 @@
+"""A client-supplied field of a job lives in five places: the model (and its migration), the
+service's input `NewJob`, the create serializer, and the representation. These tests fail when
+one of them disagrees with the others."""
+
+import dataclasses
+
+import pytest
+
+from jobtracking.api.serializers import ExtractionJobCreateSerializer, ExtractionJobSerializer
+from jobtracking.models import ExtractionJob
+from jobtracking.services import NewJob
+from tests.factories import ExtractionJobFactory
+
+# Model fields a client never sees, and why.
+INTERNAL = {
+    "idempotency_key": "the client's own header, echoed by the replay itself",
+    "request_fingerprint": "a digest to tell a replay from a reused key",
+    "poll_error_count": "the engine's retry budget",
+    "external_url": "where the extractor keeps the job: staff only",
+    "external_request_id": "the extractor's request id: staff only",
+    "remote_expires_at": "when the extractor forgets the job",
+    "due_at": "the dispatcher's schedule",
+    "claimed_at": "the dispatcher's claim",
+    "lease_expires_at": "a worker's lease",
+}
+# Model fields the representation shows under another name.
+SHOWN_AS = {"upload": "has_upload", "error_code": "error", "error_message": "error"}
+# Fields of `NewJob` that come from the request's headers, not its body.
+FROM_HEADERS = {"idempotency_key", "request_fingerprint"}
+
+
+def new_job_fields() -> set[str]:
+    return {field.name for field in dataclasses.fields(NewJob)}
+
+
+def model_fields() -> set[str]:
+    return {field.name for field in ExtractionJob._meta.concrete_fields}
+
+
+def test_every_field_the_create_serializer_accepts_is_an_input_field():
+    serializer = ExtractionJobCreateSerializer()
+    accepted = {
+        field.source_attrs[0] for field in serializer.fields.values() if not field.read_only
+    }
+    assert accepted == new_job_fields() - FROM_HEADERS
+
+
+def test_every_input_field_is_a_model_field():
+    assert new_job_fields() <= model_fields()
+
+
+@pytest.mark.django_db
+def test_every_model_field_is_shown_or_listed_as_internal():
+    shown = ExtractionJobSerializer(ExtractionJobFactory()).data.keys()
+    missing = {
+        name for name in model_fields() - INTERNAL.keys() if SHOWN_AS.get(name, name) not in shown
+    }
+    assert not missing, f"shown nowhere and not listed as internal: {sorted(missing)}"
+    assert not INTERNAL.keys() & shown, "listed as internal but shown"
