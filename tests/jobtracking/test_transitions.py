@@ -99,6 +99,17 @@ def moved(*moves: Move) -> ExtractionJob:
     return job
 
 
+def test_jobs_transition_saves_a_field_only_its_prepare_changes():
+    def prepare(job: ExtractionJob) -> None:
+        job.file_name = "renamed.pdf"
+        job.metadata = {"note": "set by a move"}
+
+    job = busy_job(states.PROCESSING)
+    act(job, lambda job: moved(Move(job.pk, states.FAILED, prepare=prepare)))
+    job.refresh_from_db()
+    assert (job.file_name, job.metadata) == ("renamed.pdf", {"note": "set by a move"})
+
+
 @pytest.mark.parametrize(
     ("from_status", "to_status"),
     sorted((source, target) for source, target in states.TRANSITIONS if source is not None),
