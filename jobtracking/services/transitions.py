@@ -20,6 +20,7 @@ from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
+from django.db.models import DEFERRED
 from django.utils import timezone
 
 from jobtracking import states
@@ -36,30 +37,10 @@ from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChan
 from jobtracking.selectors import VIEW_ALL
 from jobtracking.webhooks import deliveries_fan_out
 
-# What a move may change on a job; the UPDATE writes those that did change in the batch.
-MUTABLE_FIELDS = (
-    "status_id",
-    "priority",
-    "attempt",
-    "submit_attempts",
-    "poll_count",
-    "poll_error_count",
-    "external_job_id",
-    "external_url",
-    "external_status",
-    "external_request_id",
-    "progress",
-    "remote_expires_at",
-    "due_at",
-    "claimed_at",
-    "lease_expires_at",
-    "deadline_at",
-    "error_code",
-    "error_message",
-    "submitted_at",
-    "started_at",
-    "completed_at",
-    "updated_at",
+# Every column but the key. Derived from the model rather than listed, so that no field a move
+# sets can be left out of the UPDATE; `_save` writes those the batch did change.
+COLUMNS = tuple(
+    field.attname for field in ExtractionJob._meta.concrete_fields if not field.primary_key
 )
 
 
@@ -94,7 +75,10 @@ class Move:
     the status unchanged); it is still refused when the job left `expected_from`.
 
     `prepare` mutates the locked job; it raises an `ApplicationError` to refuse the move, and
-    must do so before it changes anything. `on_commit` runs once the transaction has committed.
+    must do so before it changes anything. Every field whose value it changes is saved; it
+    assigns a new value rather than editing one in place (a dict in `metadata`), which the
+    comparison with the value before cannot see. `on_commit` runs once the transaction has
+    committed.
     `remote` is the extractor's final word (its status word, progress) when the move ends the
     job on an answer from it; a job that ends without one says so (no status word, progress 0).
     """
@@ -149,7 +133,7 @@ def jobs_transition(
 
 def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -> BatchOutcome:
     now = timezone.now()
-    before = {pk: [getattr(job, name) for name in MUTABLE_FIELDS] for pk, job in locked.items()}
+    before = {pk: _values(job) for pk, job in locked.items()}
     outcome = BatchOutcome()
     changes, event_jobs, reactivated = [], [], False
     for move in moves:
@@ -237,13 +221,21 @@ def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, n
     )
 
 
+def _values(job: ExtractionJob) -> list:
+    # Read from the instance's dict, not its attributes: those would load a deferred field with
+    # a query per job.
+    state = vars(job)
+    return [state.get(name, DEFERRED) for name in COLUMNS]
+
+
 def _save(outcome: BatchOutcome, before: dict[UUID, list], reactivated: bool, actor: Actor) -> None:
     jobs = list(outcome.moved.values())
-    changed = [
-        name
-        for index, name in enumerate(MUTABLE_FIELDS)
-        if any(getattr(job, name) != before[job.pk][index] for job in jobs)
-    ]
+    # One UPDATE for the batch: its columns are the union of what each job changed.
+    indexes = set()
+    for job in jobs:
+        old = before[job.pk]
+        indexes.update(i for i, value in enumerate(_values(job)) if value != old[i])
+    changed = [COLUMNS[i] for i in sorted(indexes)]
     if not changed:
         return
     if not reactivated:
