@@ -23,7 +23,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
 
-# Opt-in benchmarks; they print figures and ratios (see README).
+# Opt-in benchmarks; they print figures and ratios (see docs/performance.md).
 bench: install
 	.ci/with_postgres.sh $(PY) -m bench.dispatcher
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.engine

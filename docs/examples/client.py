@@ -1,4 +1,4 @@
-"""A client of the jobs API, as the README shows it: upload a file, wait for the job with
+"""A client of the jobs API, as docs/api.md shows it: upload a file, wait for the job with
 backoff, and verify a webhook. Only `requests` and `standardwebhooks` are needed
 (tests/jobtracking/api/test_client_example.py runs it against a live server)."""
 

@@ -1,4 +1,4 @@
-"""The README's client example, run for real: a multipart upload through a live server, a wait
+"""docs/api.md's client example, run for real: a multipart upload through a live server, a wait
 with backoff while the job moves on, and a webhook verified as a receiver would."""
 
 import threading
