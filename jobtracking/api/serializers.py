@@ -224,10 +224,18 @@ class ExtractionResultSerializer(UtcModelSerializer):
 
 class JobEventSerializer(UtcModelSerializer):
     job = serializers.UUIDField(source="job_id")
+    payload = serializers.SerializerMethodField(
+        help_text="The job as GET /api/v1/jobs/{id}/ showed it at the event, its links as "
+        "paths (/api/v1/jobs/{id}/) rather than absolute URLs."
+    )
 
     class Meta:
         model = JobEvent
         fields = ["id", "event_id", "type", "job", "created_at", "payload"]
+
+    @extend_schema_field(ExtractionJobSerializer)
+    def get_payload(self, event: JobEvent) -> dict[str, Any]:
+        return event.payload
 
 
 class ExtractorHealthSerializer(serializers.Serializer):
