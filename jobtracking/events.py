@@ -1,9 +1,18 @@
 """The outbox's payloads: what an event says about its job."""
 
+import functools
 from typing import Any
 
 from jobtracking.models import ExtractionJob
-from jobtracking.representation import job_representation
+from jobtracking.representation import JobRepresentation
+
+
+@functools.cache
+def event_representation() -> JobRepresentation:
+    """The process's writer of event payloads: links from the API's path, and the moments
+    that events written close together share kept, the oldest let go (it lives as long as
+    the process)."""
+    return JobRepresentation(moments_kept=1024)
 
 
 def job_event_payload(job: ExtractionJob) -> dict[str, Any]:
@@ -15,4 +24,4 @@ def job_event_payload(job: ExtractionJob) -> dict[str, Any]:
 
     Reads no database: callers load the job's extractor and requester with it (the locked
     reads of `services.transitions` and `services.engine`; creation attaches both)."""
-    return job_representation(job)
+    return event_representation()(job)

@@ -47,17 +47,14 @@ class JobRepresentation:
     URL of its request; events, written by workers that have no request (and no setting names
     the service's public address), get the API's path, `/api/v1/jobs/<id>/`.
 
-    Make one per response: it keeps what the jobs it writes share (a bulk create's jobs share
-    their creation moment), and reads the jobs URL once."""
+    Make one per response, or one for a process's events: it reads the jobs URL once and
+    writes each moment once for the jobs it writes, which share many (a bulk create's creation
+    moment, the `now` of a batch of transitions). `moments_kept` bounds that memory for an
+    instance that lives long; a response's keeps them all."""
 
-    def __init__(self, *, jobs_url: str | None = None) -> None:
-        self._jobs_url = jobs_url
-        self.moment = functools.cache(moment)
-
-    @functools.cached_property
-    def jobs_url(self) -> str:
-        # Resolved on first use: the OpenAPI example is written while the URLconf loads.
-        return self._jobs_url if self._jobs_url is not None else jobs_path()
+    def __init__(self, *, jobs_url: str | None = None, moments_kept: int | None = None) -> None:
+        self.jobs_url = jobs_path() if jobs_url is None else jobs_url
+        self.moment = functools.lru_cache(maxsize=moments_kept)(moment)
 
     def __call__(self, job: ExtractionJob) -> dict[str, Any]:
         """The job: a plain dict build (no serializer field per job), reading only what the job
