@@ -1,31 +1,27 @@
 """The outbox's payloads: what an event says about its job."""
 
+import functools
 from typing import Any
 
-from jobtracking.models import ExtractionJob, Priority
+from jobtracking.models import ExtractionJob
+from jobtracking.representation import JobRepresentation
 
 
-def _iso(value) -> str | None:
-    return value.isoformat() if value else None
+@functools.cache
+def event_representation() -> JobRepresentation:
+    """The process's writer of event payloads: links from the API's path, and the moments
+    that events written close together share kept, the oldest let go (it lives as long as
+    the process)."""
+    return JobRepresentation(moments_kept=1024)
 
 
 def job_event_payload(job: ExtractionJob) -> dict[str, Any]:
-    """The job as clients see it, frozen at the moment of the event."""
-    return {
-        "id": str(job.id),
-        "status": job.status_id,
-        "priority": Priority(job.priority).code,
-        "extractor": job.extractor.slug,
-        "file_id": job.file_id,
-        "file_name": job.file_name,
-        "attempt": job.attempt,
-        "progress": job.progress,
-        "external_job_id": job.external_job_id,
-        "error_code": job.error_code,
-        "error_message": job.error_message,
-        "metadata": job.metadata,
-        "created_at": _iso(job.created_at),
-        "submitted_at": _iso(job.submitted_at),
-        "started_at": _iso(job.started_at),
-        "completed_at": _iso(job.completed_at),
-    }
+    """The job as `GET /api/v1/jobs/<id>/` shows it (`jobtracking.representation`), frozen at
+    the moment of the event: the pull feed's `payload` and a webhook body's `data`. Its links
+    are the API's paths (`/api/v1/jobs/<id>/`), not absolute URLs: a worker has no request to
+    take the service's address from. A `job.created` payload gives `updated_at` as the
+    creation moment; the insert stamps the row a moment later.
+
+    Reads no database: callers load the job's extractor and requester with it (the locked
+    reads of `services.transitions` and `services.engine`; creation attaches both)."""
+    return event_representation()(job)

@@ -28,6 +28,7 @@ from jobtracking.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from jobtracking.representation import moment
 from jobtracking.rows import columns, insert_fields, instance, json_rows, select_rows, table
 from jobtracking.urlsafety import UnsafeURLError, post_checked
 
@@ -130,9 +131,10 @@ def _pending_delivery(now, **relations) -> WebhookDelivery:
 
 
 def _message(event_type: str, timestamp, data: dict) -> bytes:
-    """The body every webhook carries: `{"type", "timestamp", "data"}`."""
+    """The body every webhook carries: `{"type", "timestamp", "data"}`, the timestamp written
+    as the API writes moments."""
     return json.dumps(
-        {"type": event_type, "timestamp": timestamp.isoformat(), "data": data},
+        {"type": event_type, "timestamp": moment(timestamp), "data": data},
         separators=(",", ":"),
     ).encode()
 

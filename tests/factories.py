@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from extraction.models import Adapter, Extractor
 from jobtracking import states
+from jobtracking.events import job_event_payload
 from jobtracking.models import (
     ActorType,
     DeliveryState,
@@ -137,7 +138,7 @@ class JobEventFactory(factory.django.DjangoModelFactory):
 
     job = factory.SubFactory(ExtractionJobFactory)
     type = states.EVENT_CREATED
-    payload = factory.LazyAttribute(lambda e: {"id": str(e.job.id)})
+    payload = factory.LazyAttribute(lambda e: job_event_payload(e.job))
 
 
 class WebhookSubscriptionFactory(factory.django.DjangoModelFactory):

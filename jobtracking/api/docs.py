@@ -1,46 +1,71 @@
 """What the OpenAPI document says about each operation: a summary, a description and realistic
 examples. Kept apart from the views so that they read as code."""
 
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from django.contrib.auth import get_user_model
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 
+from extraction.models import Extractor
+from jobtracking.models import ExtractionJob, Priority
+from jobtracking.representation import job_representation, moment
+
 JOB_ID = "01939f4c-7a2e-7d4b-9a61-3f2b8c9d0e1f"
-JOB_URL = f"https://jobs.fluxx.example/api/v1/jobs/{JOB_ID}/"
-JOB_EXAMPLE = {
-    "id": JOB_ID,
-    "status": "processing",
-    "priority": "normal",
-    "extractor": "azure-layout",
-    "file_id": "grant-4711/budget.pdf",
-    "file_name": "budget.pdf",
-    "content_type": "application/pdf",
-    "file_size": 184320,
-    "file_sha256": "",
-    "source_url": "https://files.fluxx.example/grants/4711/budget.pdf",
-    "has_upload": False,
-    "options": {"pages": "1-3"},
-    "metadata": {"grant_id": 4711},
-    "requested_by": "fluxx-platform",
-    "attempt": 1,
-    "submit_attempts": 1,
-    "poll_count": 3,
-    "progress": 40,
-    "external_job_id": "3b1c2d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d",
-    "external_status": "running",
-    "error": None,
-    "created_at": "2026-12-03T09:15:02.118000Z",
-    "submitted_at": "2026-12-03T09:15:02.871000Z",
-    "started_at": "2026-12-03T09:15:04.002000Z",
-    "completed_at": None,
-    "updated_at": "2026-12-03T09:15:09.455000Z",
-    "deadline_at": "2026-12-03T10:15:02.118000Z",
-    "durations": {"waiting_seconds": 0.753, "processing_seconds": None, "turnaround_seconds": None},
-    "links": {
-        "self": JOB_URL,
-        "history": JOB_URL + "history/",
-        "result": JOB_URL + "result/",
-        "cancel": JOB_URL + "cancel/",
-        "requeue": JOB_URL + "requeue/",
-    },
+JOBS_URL = "https://jobs.fluxx.example/api/v1/jobs/"
+
+
+CREATED = datetime(2026, 12, 3, 9, 15, 2, 118000, tzinfo=UTC)
+STARTED = CREATED + timedelta(seconds=1.884)
+
+
+def example_job(**fields) -> ExtractionJob:
+    """A job being processed (`fields` change it), built in memory and never saved, so that
+    the examples are written by the representation clients get."""
+    return ExtractionJob(
+        **{
+            "id": UUID(JOB_ID),
+            "extractor": Extractor(pk=1, slug="azure-layout"),
+            "status_id": "processing",
+            "priority": Priority.NORMAL,
+            "file_id": "grant-4711/budget.pdf",
+            "file_name": "budget.pdf",
+            "content_type": "application/pdf",
+            "file_size": 184320,
+            "source_url": "https://files.fluxx.example/grants/4711/budget.pdf",
+            "options": {"pages": "1-3"},
+            "metadata": {"grant_id": 4711},
+            "requested_by": get_user_model()(pk=1, username="fluxx-platform"),
+            "attempt": 1,
+            "submit_attempts": 1,
+            "poll_count": 3,
+            "progress": 40,
+            "external_job_id": "3b1c2d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d",
+            "external_status": "running",
+            "created_at": CREATED,
+            "submitted_at": CREATED + timedelta(seconds=0.753),
+            "started_at": STARTED,
+            "updated_at": CREATED + timedelta(seconds=7.337),
+            "deadline_at": CREATED + timedelta(hours=1),
+            **fields,
+        }
+    )
+
+
+JOB_EXAMPLE = job_representation(example_job(), jobs_url=JOBS_URL)
+# An event's links are the API's paths; spelled out, as reverse() cannot run while the
+# URLconf loads (a test pins it to the real path).
+EVENT_JOBS_PATH = "/api/v1/jobs/"
+EVENT_EXAMPLE = {
+    "id": 48213,
+    "event_id": "01939f4c-8b10-7c2a-b3d4-5e6f7a8b9c0d",
+    "type": "job.processing",
+    "job": JOB_ID,
+    "created_at": moment(STARTED),
+    # The job as it was when it started.
+    "payload": job_representation(
+        example_job(poll_count=1, progress=10, updated_at=STARTED), jobs_url=EVENT_JOBS_PATH
+    ),
 }
 
 CREATE_BY_URL = OpenApiExample(
@@ -198,7 +223,17 @@ events_docs = extend_schema_view(
         summary="Read the event feed",
         description="Events of the jobs this client may see, oldest first. Poll with "
         "`after=<the last id you processed>`; events appear once they are settled (a second "
-        "old), so ids never arrive out of order.",
+        "old), so ids never arrive out of order. An event's `payload` is the job as "
+        "`GET /api/v1/jobs/{id}/` showed it then (its links are paths); a webhook's `data` is "
+        "the same.",
+        examples=[
+            OpenApiExample(
+                "An event",
+                value=EVENT_EXAMPLE,
+                response_only=True,
+                status_codes=["200"],
+            )
+        ],
     ),
 )
 stats_docs = extend_schema(

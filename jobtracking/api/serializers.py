@@ -1,4 +1,4 @@
-import functools
+import datetime
 import hashlib
 import json
 import mimetypes
@@ -6,8 +6,7 @@ import threading
 from typing import Any
 
 from django.conf import settings
-from django.urls import reverse
-from django.utils import timezone
+from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.utils import json as strict_json
@@ -25,6 +24,7 @@ from jobtracking.models import (
     Priority,
 )
 from jobtracking.recent import Recent
+from jobtracking.representation import DATETIME_FIELDS, JobRepresentation, jobs_path
 from jobtracking.services.creation import NewJob
 from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
@@ -56,15 +56,6 @@ class LinksSerializer(serializers.Serializer):
     requeue = serializers.CharField()
 
 
-@functools.cache
-def jobs_path() -> str:
-    return reverse("api:job-list")
-
-
-def _seconds(start, end) -> float | None:
-    return (end - start).total_seconds() if start and end else None
-
-
 class PriorityField(serializers.ChoiceField):
     """A priority by name (`interactive`, `normal`, `bulk`); stored as its number."""
 
@@ -88,24 +79,25 @@ PRIORITY_HELP = (
 )
 
 
-def iso_moment(value, zone) -> str:
-    """What DRF's DateTimeField writes (ISO 8601 in the current time zone, UTC as "Z"), with the
-    zone looked up once per job instead of once per field."""
-    text = value.astimezone(zone).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
+class UtcDateTimeField(serializers.DateTimeField):
+    """A moment in UTC with "Z" whatever the current time zone, as events and webhooks write
+    it too (`representation.moment`)."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("default_timezone", datetime.UTC)
+        super().__init__(**kwargs)
 
 
-DATETIME_FIELDS = (
-    "created_at",
-    "submitted_at",
-    "started_at",
-    "completed_at",
-    "updated_at",
-    "deadline_at",
-)
+class UtcModelSerializer(serializers.ModelSerializer):
+    """A model serializer whose moments are `UtcDateTimeField`s."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DateTimeField: UtcDateTimeField,
+    }
 
 
-class ExtractionJobSerializer(serializers.ModelSerializer):
+class ExtractionJobSerializer(UtcModelSerializer):
     status = serializers.CharField(source="status_id")
     priority = PriorityField(read_only=True, help_text=PRIORITY_HELP)
     extractor = serializers.CharField(source="extractor.slug")
@@ -145,98 +137,40 @@ class ExtractionJobSerializer(serializers.ModelSerializer):
         ]
 
     def to_representation(self, job: ExtractionJob) -> dict[str, Any]:
-        """The fields above, written out: DRF would build ~30 field objects per serializer, a
-        third of a create's CPU. `test_the_fast_representation_is_drfs_own` pins it to DRF's
-        rendering of the declared fields (which also document it in the OpenAPI schema)."""
-        moment, pk = self._moment_writer(), str(job.pk)
-        return {
-            "id": pk,
-            "status": job.status_id,
-            "priority": Priority(job.priority).code,
-            "extractor": job.extractor.slug,
-            "file_id": job.file_id,
-            "file_name": job.file_name,
-            "content_type": job.content_type,
-            "file_size": job.file_size,
-            "file_sha256": job.file_sha256,
-            "source_url": job.source_url,
-            "has_upload": self.get_has_upload(job),
-            "options": job.options,
-            "metadata": job.metadata,
-            "requested_by": job.requested_by.username if job.requested_by_id else None,
-            "attempt": job.attempt,
-            "submit_attempts": job.submit_attempts,
-            "poll_count": job.poll_count,
-            "progress": job.progress,
-            "external_job_id": job.external_job_id,
-            "external_status": job.external_status,
-            "error": self.get_error(job),
-            **{
-                name: moment(value) if (value := getattr(job, name)) else None
-                for name in DATETIME_FIELDS
-            },
-            "durations": self.get_durations(job),
-            "links": self._links(pk),
-        }
+        """The fields above, written by `jobtracking.representation`, which writes event
+        payloads too: DRF would build ~30 field objects per serializer, a third of a create's
+        CPU. `test_the_fast_representation_is_drfs_own` pins it to DRF's rendering of the
+        declared fields (which also document it in the OpenAPI schema)."""
+        return self._representation()(job)
 
-    def _per_response(self, name: str, make):
-        """`make()`, made once per response and kept on the root serializer (a bulk response
-        represents 500 jobs)."""
+    def _representation(self) -> JobRepresentation:
+        """The representation of this response, made once and kept on the root serializer (a
+        bulk response represents 500 jobs, whose moments and jobs URL it writes once). Links
+        are absolute when the request is known."""
         root = self.root
-        if not hasattr(root, name):
-            setattr(root, name, make())
-        return getattr(root, name)
-
-    def _moment_writer(self):
-        """`iso_moment` in the current time zone (a thread-local look-up, made once), each moment
-        written once per response: a bulk create's jobs share their creation moments."""
-        return self._per_response(
-            "moment_writer",
-            lambda: functools.cache(
-                functools.partial(iso_moment, zone=timezone.get_current_timezone())
-            ),
-        )
-
-    def _jobs_url(self) -> str:
-        """The jobs URL, absolute when the request is known; built once per response (reverse()
-        per job is a large share of a bulk response)."""
-        request = self.context.get("request")
-        return self._per_response(
-            "jobs_url",
-            lambda: request.build_absolute_uri(jobs_path()) if request else jobs_path(),
-        )
+        if not hasattr(root, "job_representation"):
+            request = self.context.get("request")
+            jobs_url = request.build_absolute_uri(jobs_path()) if request else None
+            root.job_representation = JobRepresentation(jobs_url=jobs_url)
+        return root.job_representation
 
     def get_has_upload(self, job: ExtractionJob) -> bool:
-        return bool(job.upload)
+        return JobRepresentation.has_upload(job)
 
     @extend_schema_field(ErrorSerializer(allow_null=True))
     def get_error(self, job: ExtractionJob) -> dict[str, str] | None:
-        return {"code": job.error_code, "message": job.error_message} if job.error_code else None
+        return JobRepresentation.error(job)
 
     @extend_schema_field(DurationsSerializer)
     def get_durations(self, job: ExtractionJob) -> dict[str, float | None]:
-        return {
-            "waiting_seconds": _seconds(job.created_at, job.submitted_at),
-            "processing_seconds": _seconds(job.submitted_at, job.completed_at),
-            "turnaround_seconds": _seconds(job.created_at, job.completed_at),
-        }
+        return JobRepresentation.durations(job)
 
     @extend_schema_field(LinksSerializer)
     def get_links(self, job: ExtractionJob) -> dict[str, str]:
-        return self._links(str(job.pk))
-
-    def _links(self, pk: str) -> dict[str, str]:
-        own = f"{self._jobs_url()}{pk}/"
-        return {
-            "self": own,
-            "history": own + "history/",
-            "result": own + "result/",
-            "cancel": own + "cancel/",
-            "requeue": own + "requeue/",
-        }
+        return self._representation().links(str(job.pk))
 
 
-class JobStatusChangeSerializer(serializers.ModelSerializer):
+class JobStatusChangeSerializer(UtcModelSerializer):
     from_status = serializers.CharField(source="from_status_id", allow_null=True)
     to_status = serializers.CharField(source="to_status_id")
     actor = serializers.CharField(source="actor.username", default=None)
@@ -267,7 +201,7 @@ class JobStatusChangeSerializer(serializers.ModelSerializer):
         return data
 
 
-class ExtractionResultSerializer(serializers.ModelSerializer):
+class ExtractionResultSerializer(UtcModelSerializer):
     job = serializers.UUIDField(source="job_id")
     payload = serializers.SerializerMethodField()
 
@@ -289,12 +223,20 @@ class ExtractionResultSerializer(serializers.ModelSerializer):
         return result.load_payload()
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(UtcModelSerializer):
     job = serializers.UUIDField(source="job_id")
+    payload = serializers.SerializerMethodField(
+        help_text="The job as GET /api/v1/jobs/{id}/ showed it at the event, its links as "
+        "paths (/api/v1/jobs/{id}/) rather than absolute URLs."
+    )
 
     class Meta:
         model = JobEvent
         fields = ["id", "event_id", "type", "job", "created_at", "payload"]
+
+    @extend_schema_field(ExtractionJobSerializer)
+    def get_payload(self, event: JobEvent) -> dict[str, Any]:
+        return event.payload
 
 
 class ExtractorHealthSerializer(serializers.Serializer):
@@ -303,19 +245,19 @@ class ExtractorHealthSerializer(serializers.Serializer):
         help_text="closed: calls go out. open: it failed as a whole; jobs wait and only probes "
         "go out. paused: staff stopped calls; jobs wait.",
     )
-    since = serializers.DateTimeField(
+    since = UtcDateTimeField(
         allow_null=True, help_text="When the state began (null: it has never failed)."
     )
     last_error = serializers.CharField(
         help_text="The last failed call's error (kept after the circuit closes); empty if none."
     )
-    next_probe_at = serializers.DateTimeField(
+    next_probe_at = UtcDateTimeField(
         allow_null=True, help_text="Open: when the next probe goes out. Null otherwise."
     )
     paused_reason = serializers.CharField(help_text="Paused: why staff paused it.")
 
 
-class ExtractorSerializer(serializers.ModelSerializer):
+class ExtractorSerializer(UtcModelSerializer):
     health = serializers.SerializerMethodField(
         help_text="Its circuit: whether calls go out now, shared by every worker."
     )
@@ -363,7 +305,7 @@ class ExtractorSerializer(serializers.ModelSerializer):
         return extractor.rate_limit("poll")
 
 
-class JobStatusSerializer(serializers.ModelSerializer):
+class JobStatusSerializer(UtcModelSerializer):
     class Meta:
         model = JobStatus
         fields = ["code", "label", "terminal", "description"]
@@ -373,7 +315,7 @@ class PriorityQueueSerializer(serializers.Serializer):
     active = serializers.IntegerField()
     pending = serializers.IntegerField()
     due = serializers.IntegerField(help_text="Due now and not yet handed to a worker.")
-    oldest_due_at = serializers.DateTimeField(allow_null=True)
+    oldest_due_at = UtcDateTimeField(allow_null=True)
     oldest_due_seconds = serializers.FloatField(
         allow_null=True, help_text="How long the oldest of those has been due."
     )
@@ -381,7 +323,7 @@ class PriorityQueueSerializer(serializers.Serializer):
 
 class StatsSerializer(serializers.Serializer):
     window_hours = serializers.FloatField()
-    since = serializers.DateTimeField()
+    since = UtcDateTimeField()
     created_by_status = serializers.DictField(child=serializers.IntegerField())
     created_by_extractor = serializers.DictField(
         child=serializers.DictField(child=serializers.IntegerField())

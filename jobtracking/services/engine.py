@@ -82,7 +82,8 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
     with transaction.atomic():
         jobs = list(
             ExtractionJob.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("extractor")
+            # As `lock_jobs` reads them: a timed-out job's event names its requester.
+            .select_related("extractor", "requested_by")
             .filter(pk__in=job_ids, claimed_at__isnull=False)
             .order_by("pk")
         )

@@ -13,6 +13,7 @@ from jobtracking import states
 from jobtracking.errors import ExtractorDisabledError, JobMovedOnError
 from jobtracking.models import ExtractionJob, Priority
 from jobtracking.queue import enqueue_cancel_at_extractor
+from jobtracking.representation import moment
 from jobtracking.services.transitions import (
     SYSTEM,
     Actor,
@@ -120,7 +121,7 @@ def time_out(job: ExtractionJob) -> None:
     if job.deadline_at is None or job.deadline_at > timezone.now():
         raise JobMovedOnError(f"Job {job.id} has not reached its deadline.")
     job.error_code = ErrorCode.DEADLINE_EXCEEDED
-    job.error_message = f"Not finished by its deadline {job.deadline_at.isoformat()}."
+    job.error_message = f"Not finished by its deadline {moment(job.deadline_at)}."
 
 
 def job_time_out(*, job_id: UUID | str) -> ExtractionJob:

@@ -109,10 +109,11 @@ def as_job_id(value: UUID | str) -> UUID:
 
 
 def lock_jobs(job_ids: Collection[UUID]) -> dict[UUID, ExtractionJob]:
-    """Lock the jobs' rows (and only those), in id order so that two batches never deadlock."""
+    """Lock the jobs' rows (and only those), in id order so that two batches never deadlock.
+    Their extractor and requester come in the same read: an event's payload names both."""
     jobs = (
         ExtractionJob.objects.select_for_update(of=("self",))
-        .select_related("extractor")
+        .select_related("extractor", "requested_by")
         .filter(pk__in=job_ids)
         .order_by("pk")
     )
@@ -123,8 +124,9 @@ def jobs_transition(
     moves: list[Move], *, actor: Actor, locked: dict[UUID, ExtractionJob] | None = None
 ) -> BatchOutcome:
     """Apply `moves` in one transaction (see the module docstring); `locked` passes jobs the
-    caller has already locked in its own transaction. A job may have several moves; once one is
-    refused, its later ones are skipped."""
+    caller has already locked in its own transaction, read with their extractor and requester
+    as `lock_jobs` reads them. A job may have several moves; once one is refused, its later
+    ones are skipped."""
     with transaction.atomic(savepoint=False):
         if locked is None:
             locked = lock_jobs({move.job_id for move in moves})

@@ -372,8 +372,12 @@ def test_delivery_body_is_the_event_as_json(subscription, httpserver):
     deliver(WebhookDelivery.objects.get().pk)
     request, _ = httpserver.log[0]
     body = json.loads(request.get_data())
+    event = WebhookDelivery.objects.get().event
     assert body["type"] == "job.created" and body["data"]["file_id"] == job.file_id
-    assert request.headers["webhook-id"] == str(WebhookDelivery.objects.get().event.event_id)
+    # `data` is the event's payload, the job as the API shows it; moments end in "Z" there too.
+    assert body["data"] == event.payload and body["data"]["links"]["self"].startswith("/api/v1/")
+    assert body["timestamp"] == event.created_at.isoformat().replace("+00:00", "Z")
+    assert request.headers["webhook-id"] == str(event.event_id)
 
 
 def test_log_lines_carry_the_context_they_are_written_in():

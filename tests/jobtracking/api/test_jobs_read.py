@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from jobtracking.api.serializers import ExtractionJobSerializer
 from jobtracking.models import ExtractionJob, JobEvent, ServiceHeartbeat
+from jobtracking.representation import JobRepresentation
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from tests.factories import (
     ExtractionJobFactory,
@@ -406,26 +407,50 @@ def test_stats_report_the_queue_by_priority(api, jobs):
     assert queue["normal"]["active"] >= 1 and "oldest_due_seconds" in queue["bulk"]
 
 
+def drfs_own(serializer: ExtractionJobSerializer, job: ExtractionJob) -> dict:
+    """The job as DRF writes the serializer's declared fields, field by field."""
+    return serializers.ModelSerializer.to_representation(serializer, job)
+
+
 def test_the_fast_representation_is_drfs_own(jobs, rf):
     request = rf.get("/api/v1/jobs/")
     for job in ExtractionJob.objects.select_related("extractor", "requested_by"):
         serializer = ExtractionJobSerializer(job, context={"request": request})
-        generic = serializers.ModelSerializer.to_representation(serializer, job)
-        assert serializer.data == generic
+        assert serializer.data == drfs_own(serializer, job)
 
 
-def test_a_list_shares_its_moments_and_writes_them_in_the_current_zone(jobs, rf):
+def test_the_fast_representation_check_fails_on_a_field_declared_on_one_side(jobs, rf):
+    class WithAField(ExtractionJobSerializer):
+        shiny = serializers.CharField(source="file_id")
+
+        class Meta(ExtractionJobSerializer.Meta):
+            fields = [*ExtractionJobSerializer.Meta.fields, "shiny"]
+
+    job = ExtractionJob.objects.select_related("extractor", "requested_by").first()
+    serializer = WithAField(job, context={"request": rf.get("/api/v1/jobs/")})
+    assert serializer.data != drfs_own(serializer, job)
+
+
+def test_the_fast_representation_check_fails_on_a_field_written_on_one_side(jobs, rf, monkeypatch):
+    written = JobRepresentation.__call__
+    monkeypatch.setattr(
+        JobRepresentation, "__call__", lambda self, job: {**written(self, job), "shiny": "x"}
+    )
+    job = ExtractionJob.objects.select_related("extractor", "requested_by").first()
+    serializer = ExtractionJobSerializer(job, context={"request": rf.get("/api/v1/jobs/")})
+    assert serializer.data != drfs_own(serializer, job)
+
+
+def test_a_list_shares_its_moments_and_writes_them_in_utc_whatever_the_zone(jobs, rf):
     request = rf.get("/api/v1/jobs/")
     moment = timezone.now()
     ExtractionJob.objects.update(created_at=moment, updated_at=moment)
     listed = list(ExtractionJob.objects.select_related("extractor", "requested_by"))
     with timezone.override("America/Sao_Paulo"):
         serializer = ExtractionJobSerializer(listed, many=True, context={"request": request})
-        generic = [
-            serializers.ModelSerializer.to_representation(serializer.child, job) for job in listed
-        ]
+        generic = [drfs_own(serializer.child, job) for job in listed]
         assert serializer.data == generic
-    assert generic[0]["created_at"].endswith("-03:00")
+    assert generic[0]["created_at"] == moment.isoformat().replace("+00:00", "Z")
 
 
 def test_turnaround_percentiles_without_postgresql_match_postgresqls():

@@ -3,6 +3,10 @@ examples a client can copy, and request schemas that match what each media type 
 
 import pytest
 
+from jobtracking.representation import jobs_path
+from jobtracking.services import SYSTEM, job_transition
+from tests.factories import ExtractionJobFactory
+
 pytestmark = pytest.mark.django_db
 
 
@@ -83,3 +87,50 @@ def test_bulk_has_request_and_response_examples(schema):
     assert len(next(iter(request.values()))["value"]["jobs"]) == 2
     results = next(iter(response.values()))["value"]["results"]
     assert [r["status"] for r in results] == ["created", "error"]
+
+
+def same_shape(example, real, where: str = "") -> None:
+    """The same keys all the way down, and values of the same JSON types."""
+    assert type(example) is type(real), where
+    if isinstance(real, dict):
+        assert example.keys() == real.keys(), where
+        for name in real:
+            same_shape(example[name], real[name], f"{where}.{name}")
+
+
+def test_the_job_example_has_a_real_jobs_shape(schema, api, owner, extractor):
+    from jobtracking.api.docs import JOB_EXAMPLE
+
+    job = ExtractionJobFactory(
+        processing=True,
+        extractor=extractor,
+        requested_by=owner,
+        file_size=184320,
+        options={"pages": "1-3"},
+        metadata={"grant_id": 4711},
+    )
+    same_shape(JOB_EXAMPLE, api.get(f"/api/v1/jobs/{job.pk}/").json())
+    retrieve = schema["paths"]["/api/v1/jobs/{id}/"]["get"]["responses"]["200"]
+    assert retrieve["content"]["application/json"]["examples"]["AJob"]["value"] == JOB_EXAMPLE
+
+
+def test_the_event_example_has_a_real_events_shape(schema, api, owner, extractor):
+    from jobtracking.api.docs import EVENT_EXAMPLE, EVENT_JOBS_PATH
+
+    job = ExtractionJobFactory(
+        submitted=True,
+        extractor=extractor,
+        requested_by=owner,
+        file_size=184320,
+        options={"pages": "1-3"},
+        metadata={"grant_id": 4711},
+    )
+    job_transition(job_id=job.pk, to_status="processing", actor=SYSTEM)
+    (real,) = api.get("/api/v1/events/").json()["results"]
+    same_shape(EVENT_EXAMPLE, real)
+    assert EVENT_JOBS_PATH == jobs_path()
+    assert real["payload"]["links"]["self"] == f"{jobs_path()}{job.pk}/"
+    feed = schema["paths"]["/api/v1/events/"]["get"]["responses"]["200"]["content"]
+    assert feed["application/json"]["examples"]["AnEvent"]["value"]["results"] == [EVENT_EXAMPLE]
+    payload = schema["components"]["schemas"]["JobEvent"]["properties"]["payload"]
+    assert payload["allOf"] == [{"$ref": "#/components/schemas/ExtractionJob"}]

@@ -1,0 +1,128 @@
+"""A job as clients see it, written in one place: the API's job (`ExtractionJobSerializer`),
+every event's payload (the outbox, so the pull feed and webhook bodies too) and the OpenAPI
+document's example job all come from `JobRepresentation`.
+
+Moments are written one way everywhere (`moment`): ISO 8601 in UTC with a "Z", with
+microseconds when the moment has any, whatever the current time zone."""
+
+import datetime
+import functools
+from typing import Any
+
+from django.urls import reverse
+
+from jobtracking.models import ExtractionJob, Priority
+
+# The moments `JobRepresentation` writes, in the order clients read them.
+DATETIME_FIELDS = (
+    "created_at",
+    "submitted_at",
+    "started_at",
+    "completed_at",
+    "updated_at",
+    "deadline_at",
+)
+
+
+def moment(value: datetime.datetime | None) -> str | None:
+    """`value` as clients read moments: what DRF's DateTimeField writes in UTC
+    (`api.serializers.UtcDateTimeField`), "2026-12-03T09:15:02.118000Z"."""
+    if value is None:
+        return None
+    # An aware moment in UTC always ends "+00:00".
+    return value.astimezone(datetime.UTC).isoformat()[:-6] + "Z"
+
+
+@functools.cache
+def jobs_path() -> str:
+    return reverse("api:job-list")
+
+
+def _seconds(start, end) -> float | None:
+    return (end - start).total_seconds() if start and end else None
+
+
+class JobRepresentation:
+    """Writes jobs as clients see them. Links start at `jobs_url`: the API passes the absolute
+    URL of its request; events, written by workers that have no request (and no setting names
+    the service's public address), get the API's path, `/api/v1/jobs/<id>/`.
+
+    Make one per response, or one for a process's events: it reads the jobs URL once and
+    writes each moment once for the jobs it writes, which share many (a bulk create's creation
+    moment, the `now` of a batch of transitions). `moments_kept` bounds that memory for an
+    instance that lives long; a response's keeps them all."""
+
+    def __init__(self, *, jobs_url: str | None = None, moments_kept: int | None = None) -> None:
+        self.jobs_url = jobs_path() if jobs_url is None else jobs_url
+        self.moment = functools.lru_cache(maxsize=moments_kept)(moment)
+
+    def __call__(self, job: ExtractionJob) -> dict[str, Any]:
+        """The job: a plain dict build (no serializer field per job), reading only what the job
+        has loaded when its extractor and requester are (`select_related`, or cached at
+        creation)."""
+        pk, write = str(job.pk), self.moment
+        return {
+            "id": pk,
+            "status": job.status_id,
+            "priority": Priority(job.priority).code,
+            "extractor": job.extractor.slug,
+            "file_id": job.file_id,
+            "file_name": job.file_name,
+            "content_type": job.content_type,
+            "file_size": job.file_size,
+            "file_sha256": job.file_sha256,
+            "source_url": job.source_url,
+            "has_upload": self.has_upload(job),
+            "options": job.options,
+            "metadata": job.metadata,
+            "requested_by": job.requested_by.username if job.requested_by_id else None,
+            "attempt": job.attempt,
+            "submit_attempts": job.submit_attempts,
+            "poll_count": job.poll_count,
+            "progress": job.progress,
+            "external_job_id": job.external_job_id,
+            "external_status": job.external_status,
+            "error": self.error(job),
+            "created_at": write(job.created_at),
+            "submitted_at": write(job.submitted_at),
+            "started_at": write(job.started_at),
+            "completed_at": write(job.completed_at),
+            # A job's `job.created` payload is written before its insert stamps `updated_at`
+            # (auto_now): until then its creation is its last change.
+            "updated_at": write(job.updated_at or job.created_at),
+            "deadline_at": write(job.deadline_at),
+            "durations": self.durations(job),
+            "links": self.links(pk),
+        }
+
+    @staticmethod
+    def has_upload(job: ExtractionJob) -> bool:
+        return bool(job.upload)
+
+    @staticmethod
+    def error(job: ExtractionJob) -> dict[str, str] | None:
+        return {"code": job.error_code, "message": job.error_message} if job.error_code else None
+
+    @staticmethod
+    def durations(job: ExtractionJob) -> dict[str, float | None]:
+        return {
+            "waiting_seconds": _seconds(job.created_at, job.submitted_at),
+            "processing_seconds": _seconds(job.submitted_at, job.completed_at),
+            "turnaround_seconds": _seconds(job.created_at, job.completed_at),
+        }
+
+    def links(self, pk: str) -> dict[str, str]:
+        own = f"{self.jobs_url}{pk}/"
+        return {
+            "self": own,
+            "history": own + "history/",
+            "result": own + "result/",
+            "cancel": own + "cancel/",
+            "requeue": own + "requeue/",
+        }
+
+
+def job_representation(job: ExtractionJob, *, jobs_url: str | None = None) -> dict[str, Any]:
+    """One job as clients see it (see `JobRepresentation`; a response of many jobs makes one
+    `JobRepresentation` for all of them)."""
+    return JobRepresentation(jobs_url=jobs_url)(job)
