@@ -2,13 +2,14 @@
 
 Rows travel as JSON parameters, expanded by `json_populate_recordset`: a statement keeps a
 handful of parameters whatever its row count, so PostgreSQL parses and plans its text once per
-connection (`jobtracking.prepared`), where rows as separate parameters cost more to bind than to
+connection (`prepared_cursor`), where rows as separate parameters cost more to bind than to
 insert. The values every row shares travel once (`RowSet`): most of a bulk create's job columns
 are the same in each row, and PostgreSQL reads far fewer values. Each value is the one
 `bulk_create` sends (the field's `pre_save`, then its `get_db_prep_save`), generated columns are
 left to the database, and a value left at the field's `db_default` gets the database's default.
 orjson writes the JSON, much faster than the standard library at a bulk create's rows."""
 
+import contextlib
 import datetime
 import decimal
 import functools
@@ -22,6 +23,7 @@ from typing import NamedTuple
 import orjson
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import signals
 from django.db.models.base import ModelState
 from django.db.models.expressions import DatabaseDefault
@@ -290,3 +292,30 @@ def insert_statement(
     if on_conflict:
         sql += f" ON CONFLICT {on_conflict}"
     return f"{sql} RETURNING {returning}" if returning else sql
+
+
+class _DebugCursor(CursorDebugWrapper):
+    """Django's query log, of the statement as given: Django reads what it logs from a cursor
+    that binds client-side, and psycopg keeps no text for a prepared statement's run."""
+
+    def execute(self, sql, params=None):
+        with self.debug_sql(sql, params):
+            return CursorWrapper.execute(self, sql, params)
+
+
+@contextlib.contextmanager
+def prepared_cursor():
+    """A Django cursor (its query log, errors and execute wrappers) whose statement psycopg
+    prepares once per database connection, where DATABASES' `prepare_threshold` lets it
+    (`DB_PREPARED_STATEMENTS`): PostgreSQL then neither parses nor plans it again. Django's own
+    cursors send the parameters inlined, which psycopg cannot prepare; this one sends them
+    apart. The statement runs in the connection's transaction, as any other. PostgreSQL only."""
+    connection = _connection()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        raw = psycopg.Cursor(connection.connection)
+    wrapper = _DebugCursor if connection.queries_logged else CursorWrapper
+    with wrapper(raw, connection) as cursor:
+        yield cursor

@@ -8,8 +8,9 @@ from unittest import mock
 
 import pytest
 from django.core.files.base import ContentFile
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Value, signals
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
@@ -18,6 +19,7 @@ from jobtracking.rows import (
     insert_statement,
     instance,
     json_rows,
+    prepared_cursor,
     row_set,
     select_rows,
 )
@@ -193,7 +195,7 @@ SPECIMENS = {
 
 def insert_rows(objs: list) -> None:
     rows = row_set(objs, insert_fields(Specimen))
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(insert_statement(Specimen, rows.own), [rows.rows, rows.shared])
 
 
@@ -238,3 +240,64 @@ def test_an_expression_as_a_value_is_refused():
     specimen = Specimen(name="a", count=Value(3))
     with pytest.raises(TypeError, match="expression"):
         json_rows([specimen], insert_fields(Specimen))
+
+
+def statement_prepared(sql: str) -> list[bool]:
+    """How this connection holds the statement: [from_sql] per prepared copy."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT from_sql FROM pg_prepared_statements WHERE statement = %s", [sql])
+        return [from_sql for (from_sql,) in cursor.fetchall()]
+
+
+PREPARED_SQL = "SELECT %s::int + 1, %s::json ->> 'a'"
+PREPARED_TEXT = "SELECT $1::int + 1, $2::json ->> 'a'"  # as psycopg sends it
+
+
+def run_prepared(number: int) -> tuple:
+    with prepared_cursor() as cursor:
+        cursor.execute(PREPARED_SQL, [number, json.dumps({"a": "it's"})])
+        return cursor.fetchone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_cursor_prepares_its_statement_once_per_connection():
+    connection.close()
+    with CaptureQueriesContext(connection) as queries:
+        assert run_prepared(1) == (2, "it's")
+        assert run_prepared(2) == (3, "it's")
+    assert [query["sql"] for query in queries] == [PREPARED_SQL] * 2  # in Django's log
+    assert statement_prepared(PREPARED_TEXT) == [False]  # once, by the protocol, not PREPARE
+    connection.close()  # a new connection has none of them
+    assert statement_prepared(PREPARED_TEXT) == []
+
+
+@pytest.fixture
+def threshold_off():
+    """The connection as DB_PREPARED_STATEMENTS=0 configures it."""
+    options = connection.settings_dict["OPTIONS"]
+    threshold = options["prepare_threshold"]
+    connection.close()
+    options["prepare_threshold"] = None
+    yield
+    connection.close()
+    options["prepare_threshold"] = threshold
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("threshold_off")
+def test_a_prepared_cursor_leaves_its_statement_unprepared_where_the_threshold_is_off():
+    assert run_prepared(1) == run_prepared(1) == (2, "it's")
+    assert statement_prepared(PREPARED_TEXT) == []
+
+
+def test_a_prepared_cursor_runs_in_the_callers_transaction_and_raises_djangos_errors():
+    specimen = Specimen(name="a")
+    with transaction.atomic():
+        insert_rows([specimen])
+        with pytest.raises(IntegrityError), transaction.atomic():
+            insert_rows([specimen])  # the same id
+        assert Specimen.objects.count() == 1  # the savepoint kept the transaction usable
+        transaction.set_rollback(True)
+    assert not Specimen.objects.exists()
+    insert_rows([Specimen(name="b")])  # prepared again after the rollback dropped it
+    assert Specimen.objects.get().name == "b"
