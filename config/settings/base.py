@@ -128,6 +128,12 @@ def database_from_env() -> dict:
         }
     else:
         config["CONN_HEALTH_CHECKS"] = True
+        # psycopg prepares a statement on a connection's first run of it (0), or never (None,
+        # Django's default: a PgBouncer before 1.21 cannot carry prepared statements). Django's
+        # own cursors bind parameters client-side and never prepare; job creation's statement
+        # binds them server-side (`jobtracking.rows.prepared_cursor`).
+        prepared = env_bool("DB_PREPARED_STATEMENTS", True)
+        config.setdefault("OPTIONS", {})["prepare_threshold"] = 0 if prepared else None
     return config
 
 
@@ -137,9 +143,6 @@ DATABASES = {"default": database_from_env()}
 DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS = int(
     os.environ.get("DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS", "5")
 )
-# Job creation's statement prepared once per connection (`jobtracking.prepared`); off behind a
-# PgBouncer in transaction mode.
-DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

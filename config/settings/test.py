@@ -1,13 +1,22 @@
 """Test settings: the suite runs on PostgreSQL only (`make test` starts a throwaway one)."""
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import BASE_DIR, DATABASES, Q_CLUSTER, env_bool, env_required
+from config.settings.base import (
+    BASE_DIR,
+    DATABASES,
+    INSTALLED_APPS,
+    Q_CLUSTER,
+    env_bool,
+    env_required,
+)
 
 env_required("DATABASE_URL")
 assert DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql", (
     "The test suite needs PostgreSQL: run it with `make test` or set DATABASE_URL."
 )
 
+# Models only the tests use (`tests/testapp`).
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 SECRET_KEY = "test-only-not-secret"
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

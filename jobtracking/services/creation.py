@@ -28,13 +28,13 @@ from jobtracking.errors import (
 )
 from jobtracking.events import job_event_payload
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
-from jobtracking.prepared import execute_prepared
 from jobtracking.rows import (
     columns,
     insert_fields,
     insert_statement,
     instance,
     json_rows,
+    prepared_cursor,
     quote,
     row_set,
     select_rows,
@@ -358,8 +358,8 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
         WAKE_CHANNEL,
     ]
     atomic = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-    with atomic, connection.cursor() as cursor:
-        execute_prepared(cursor, created_rows_statement(job_rows.own, event_rows.own), params)
+    with atomic, prepared_cursor() as cursor:
+        cursor.execute(created_rows_statement(job_rows.own, event_rows.own), params)
         inserted, _woken = cursor.fetchone()
     return set(inserted)
 

@@ -1,17 +1,32 @@
 """Rows as JSON for the one-statement inserts (`jobtracking.rows`)."""
 
+import datetime
+import decimal
+import functools
 import json
+from unittest import mock
 
 import pytest
 from django.core.files.base import ContentFile
-from django.db.models import signals
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Value, signals
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange
-from jobtracking.rows import insert_fields, instance, json_rows, row_set
+from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
+from jobtracking.rows import (
+    insert_fields,
+    insert_statement,
+    instance,
+    json_rows,
+    prepared_cursor,
+    row_set,
+    select_rows,
+)
 from jobtracking.services.creation import NewJob, job_create_many
 from jobtracking.services.transitions import Actor
 from tests.factories import ExtractorFactory, UserFactory, api_job
+from tests.testapp.models import Specimen
 
 pytestmark = pytest.mark.django_db
 
@@ -57,6 +72,9 @@ def test_instance_builds_with_the_fields_defaults_and_refuses_unknown_fields():
         (ExtractionJob, {"extractor_id": 1, "status_id": "pending", "file_id": "f", "priority": 2}),
         (JobStatusChange, {"to_status_id": "pending", "attempt": 1, "reason": "r"}),
         (JobEvent, {"type": "job.created", "payload": {"a": 1}}),
+        (WebhookDelivery, {"event_id": 1, "subscription_id": 2}),
+        # db_default, generated, JSON, file, auto_now and custom fields.
+        (Specimen, {"name": "a", "count": None, "tags": ["x"]}),
     ],
 )
 def test_instance_leaves_the_object_as_the_models_own_init_does(model, values):
@@ -151,3 +169,139 @@ def test_one_objects_row_set_shares_every_value_as_its_row_holds_them():
     assert (rows.own, rows.rows) == ((), "[{}]")
     assert shared.pop("updated_at") <= row.pop("updated_at")  # auto_now: at each reading
     assert shared == row
+
+
+NOW = timezone.now()
+# What varies between specimens: values left at their db_default (count, note), an explicit
+# null beside a default, JSON Python finds equal but the database does not, a JSON field's own
+# encoder, files, decimals, durations, times, bytes, addresses and a field whose
+# get_db_prep_save transforms its value.
+SPECIMENS = {
+    "one": [{"name": "solo", "count": None, "tags": ["a", "b"]}],
+    "all at their defaults": [{"name": "a"}, {"name": "b"}],
+    "varied": [
+        {"name": "a"},
+        {"name": "b", "count": None, "note": "given", "data": {"n": 1}, "price": "2.500"},
+        {"name": "c", "count": 3, "data": {"n": True}, "tags": ["x", "y"]},
+        {
+            "name": "d",
+            "encoded": {"at": NOW, "amount": decimal.Decimal("1.50")},
+            "document": "specimens/d.txt",
+            "price": decimal.Decimal("2.5"),
+            "wait": datetime.timedelta(days=1, microseconds=7),
+            "at": datetime.time(12, 30, 1, 5),
+            "blob": b"\x00\xff",
+            "address": "2001:db8::1",
+        },
+    ],
+}
+
+
+def insert_rows(objs: list) -> None:
+    rows = row_set(objs, insert_fields(Specimen))
+    with prepared_cursor() as cursor:
+        cursor.execute(insert_statement(Specimen, rows.own), [rows.rows, rows.shared])
+
+
+def stored() -> list[dict]:
+    """The specimens' columns (not their ids, new in each)."""
+    rows = Specimen.objects.order_by("name").values()
+    return [{name: value for name, value in row.items() if name != "id"} for row in rows]
+
+
+@pytest.mark.parametrize("build", [Specimen, functools.partial(instance, Specimen)])
+@pytest.mark.parametrize("specimens", SPECIMENS.values(), ids=SPECIMENS.keys())
+def test_a_row_set_stores_what_bulk_create_stores(specimens, build):
+    with mock.patch("django.utils.timezone.now", return_value=NOW):  # auto_now
+        insert_rows([build(**values) for values in specimens])
+        by_rows = stored()
+        Specimen.objects.all().delete()
+        Specimen.objects.bulk_create([Specimen(**values) for values in specimens])
+    by_bulk_create = stored()
+    assert by_rows == by_bulk_create
+    assert [row["shout"] for row in by_bulk_create] == [v["name"].upper() for v in specimens]
+
+
+def test_a_row_leaves_out_a_value_left_at_its_db_default_but_keeps_a_null():
+    defaulted, nulled = Specimen(name="a"), Specimen(name="b", count=None)
+    rows = json.loads(json_rows([defaulted, nulled], insert_fields(Specimen)))
+    assert ("count" in rows[0], rows[1]["count"]) == (False, None)
+    stored = select_rows(Specimen, insert_fields(Specimen, exclude=("id",)))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count, note FROM ({stored}) t", [json.dumps(rows)])
+        assert cursor.fetchall() == [(7, "100% default"), (None, "100% default")]
+
+
+def test_a_row_holds_what_the_fields_get_db_prep_save_gives():
+    specimen = Specimen(name="a", tags=["x", "y"], encoded={"amount": decimal.Decimal("1.50")})
+    (row,) = json.loads(json_rows([specimen], insert_fields(Specimen)))
+    # The custom field's joined text and the JSON field's encoder's string, not the values.
+    assert (row["tags"], row["encoded"]) == ("x,y", {"amount": "1.50"})
+    assert "shout" not in row  # generated: the database writes it
+
+
+def test_an_expression_as_a_value_is_refused():
+    specimen = Specimen(name="a", count=Value(3))
+    with pytest.raises(TypeError, match="expression"):
+        json_rows([specimen], insert_fields(Specimen))
+
+
+def statement_prepared(sql: str) -> list[bool]:
+    """How this connection holds the statement: [from_sql] per prepared copy."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT from_sql FROM pg_prepared_statements WHERE statement = %s", [sql])
+        return [from_sql for (from_sql,) in cursor.fetchall()]
+
+
+PREPARED_SQL = "SELECT %s::int + 1, %s::json ->> 'a'"
+PREPARED_TEXT = "SELECT $1::int + 1, $2::json ->> 'a'"  # as psycopg sends it
+
+
+def run_prepared(number: int) -> tuple:
+    with prepared_cursor() as cursor:
+        cursor.execute(PREPARED_SQL, [number, json.dumps({"a": "it's"})])
+        return cursor.fetchone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_cursor_prepares_its_statement_once_per_connection():
+    connection.close()
+    with CaptureQueriesContext(connection) as queries:
+        assert run_prepared(1) == (2, "it's")
+        assert run_prepared(2) == (3, "it's")
+    assert [query["sql"] for query in queries] == [PREPARED_SQL] * 2  # in Django's log
+    assert statement_prepared(PREPARED_TEXT) == [False]  # once, by the protocol, not PREPARE
+    connection.close()  # a new connection has none of them
+    assert statement_prepared(PREPARED_TEXT) == []
+
+
+@pytest.fixture
+def threshold_off():
+    """The connection as DB_PREPARED_STATEMENTS=0 configures it."""
+    options = connection.settings_dict["OPTIONS"]
+    threshold = options["prepare_threshold"]
+    connection.close()
+    options["prepare_threshold"] = None
+    yield
+    connection.close()
+    options["prepare_threshold"] = threshold
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("threshold_off")
+def test_a_prepared_cursor_leaves_its_statement_unprepared_where_the_threshold_is_off():
+    assert run_prepared(1) == run_prepared(1) == (2, "it's")
+    assert statement_prepared(PREPARED_TEXT) == []
+
+
+def test_a_prepared_cursor_runs_in_the_callers_transaction_and_raises_djangos_errors():
+    specimen = Specimen(name="a")
+    with transaction.atomic():
+        insert_rows([specimen])
+        with pytest.raises(IntegrityError), transaction.atomic():
+            insert_rows([specimen])  # the same id
+        assert Specimen.objects.count() == 1  # the savepoint kept the transaction usable
+        transaction.set_rollback(True)
+    assert not Specimen.objects.exists()
+    insert_rows([Specimen(name="b")])  # prepared again after the rollback dropped it
+    assert Specimen.objects.get().name == "b"
