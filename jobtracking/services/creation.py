@@ -327,27 +327,17 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
         "reason": reason,
         "details": actor.details,
     }
-    events = [
-        instance(
-            JobEvent,
-            job_id=job.pk,
-            type=states.EVENT_CREATED,
-            payload=job_event_payload(job),
-            created_at=now,
-        )
-        for job in jobs
-    ]
     if connection.vendor != "postgresql":
         with transaction.atomic():
             ExtractionJob.objects.bulk_create(jobs)
             JobStatusChange.objects.bulk_create(
                 instance(JobStatusChange, job_id=job.pk, **change) for job in jobs
             )
-            deliveries_fan_out(JobEvent.objects.bulk_create(events))
+            deliveries_fan_out(JobEvent.objects.bulk_create(_created_events(jobs, now)))
             notify_due()
         return {job.pk for job in jobs}
     job_rows = row_set(jobs, insert_fields(ExtractionJob))
-    event_rows = row_set(events, insert_fields(JobEvent))
+    event_rows = row_set(_created_events(jobs, now), insert_fields(JobEvent))
     params = [
         job_rows.rows,
         job_rows.shared,
@@ -362,6 +352,21 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
         cursor.execute(created_rows_statement(job_rows.own, event_rows.own), params)
         inserted, _woken = cursor.fetchone()
     return set(inserted)
+
+
+def _created_events(jobs: list[ExtractionJob], now) -> list[JobEvent]:
+    """The jobs' `job.created` events, made once their rows are (whose `updated_at` is stamped
+    then), so that each payload is the job as it is stored."""
+    return [
+        instance(
+            JobEvent,
+            job_id=job.pk,
+            type=states.EVENT_CREATED,
+            payload=job_event_payload(job),
+            created_at=now,
+        )
+        for job in jobs
+    ]
 
 
 def _change_value_fields() -> tuple:
