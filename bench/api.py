@@ -192,7 +192,7 @@ def main() -> None:
     from rest_framework.test import APIClient
 
     from bench.data import add_terminal_jobs
-    from jobtracking.api.auth import token_issue
+    from jobtracking.services.tokens import token_issue
     from tests.factories import ExtractorFactory, UserFactory
 
     stamp = int(time.time())

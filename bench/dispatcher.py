@@ -17,7 +17,7 @@ def main() -> None:
     from django.utils import timezone
 
     from bench.data import add_due_jobs, add_terminal_jobs
-    from jobtracking import dispatcher
+    from jobtracking.engine import dispatcher
     from jobtracking.models import ExtractionJob
     from tests.factories import ExtractorFactory
 

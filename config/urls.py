@@ -2,9 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from jobtracking.admin.dashboard import dashboard_view
 from jobtracking.api import errors, problems
 from jobtracking.api.views import HealthzView, MetricsView, ReadyzView
-from jobtracking.dashboard import dashboard_view
 
 urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="jobs-dashboard"),

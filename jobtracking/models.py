@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
+from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking import states
-from jobtracking.ids import uuid7
-from jobtracking.urlsafety import UnsafeURLError, check_public_url
+from jobtracking.infra.ids import uuid7
 
 ACTIVE_STATUS = Q(status__in=sorted(states.ACTIVE))
 # The end of a job's UUID, as staff see it in lists (the random part: unique in practice, where a
@@ -48,7 +48,7 @@ class ActorType(models.TextChoices):
 
 
 class Priority(models.IntegerChoices):
-    """Dispatch order: a lower value goes first (see `jobtracking.priorities`)."""
+    """Dispatch order: a lower value goes first (see `jobtracking.engine.priorities`)."""
 
     INTERACTIVE = 0, "Interactive"
     NORMAL = 1, "Normal"
@@ -455,7 +455,7 @@ class RateSlot(models.Model):
 
     SUBMIT = "submit"
     POLL = "poll"
-    # Each kind's rate is split in two lanes (see `jobtracking.priorities.submit_lanes`).
+    # Each kind's rate is split in two lanes (see `jobtracking.engine.priorities.submit_lanes`).
     SHARED = "shared"
     RESERVED = "reserved"
 

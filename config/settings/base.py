@@ -131,7 +131,7 @@ def database_from_env() -> dict:
         # psycopg prepares a statement on a connection's first run of it (0), or never (None,
         # Django's default: a PgBouncer before 1.21 cannot carry prepared statements). Django's
         # own cursors bind parameters client-side and never prepare; job creation's statement
-        # binds them server-side (`jobtracking.rows.prepared_cursor`).
+        # binds them server-side (`jobtracking.infra.rows.prepared_cursor`).
         prepared = env_bool("DB_PREPARED_STATEMENTS", True)
         config.setdefault("OPTIONS", {})["prepare_threshold"] = 0 if prepared else None
     return config
@@ -139,7 +139,7 @@ def database_from_env() -> dict:
 
 DATABASES = {"default": database_from_env()}
 # While the database cannot be reached (a restart, a failover), requests answer 503 with this
-# Retry-After instead of 500 (see jobtracking.dbfaults).
+# Retry-After instead of 500 (see jobtracking.infra.dbfaults).
 DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS = int(
     os.environ.get("DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS", "5")
 )
@@ -178,7 +178,7 @@ Q_CLUSTER = {
     "workers": Q_WORKERS,
     # Tasks a cluster takes from the broker ahead of its workers (django-q2's default is
     # workers squared). Each is a batch of jobs that a more urgent job claimed after it would
-    # wait behind (see jobtracking.dispatcher).
+    # wait behind (see jobtracking.engine.dispatcher).
     "queue_limit": Q_WORKERS,
     "timeout": int(os.environ.get("Q_TIMEOUT", "60")),
     "retry": int(os.environ.get("Q_RETRY", "120")),
@@ -198,14 +198,14 @@ JOBS_OPTIONS_MAX_BYTES = int(os.environ.get("JOBS_OPTIONS_MAX_BYTES", "8192"))
 JOBS_METADATA_MAX_BYTES = int(os.environ.get("JOBS_METADATA_MAX_BYTES", "8192"))
 
 # LOG_FORMAT=json gives one JSON object a line, with the job's id, attempt, extractor and event
-# on every line written while a job is being processed (see jobtracking.logs).
+# on every line written while a job is being processed (see jobtracking.infra.logs).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"job_context": {"()": "jobtracking.logs.JobContextFilter"}},
+    "filters": {"job_context": {"()": "jobtracking.infra.logs.JobContextFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(job_prefix)s%(message)s"},
-        "json": {"()": "jobtracking.logs.JsonFormatter"},
+        "json": {"()": "jobtracking.infra.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {
@@ -318,8 +318,8 @@ SPECTACULAR_SETTINGS = {
 WEBHOOK_SIGNING_KEY = os.environ.get("WEBHOOK_SIGNING_KEY", "")  # empty: use SECRET_KEY
 WEBHOOK_CONNECT_TIMEOUT = float(os.environ.get("WEBHOOK_CONNECT_TIMEOUT", "5"))
 WEBHOOK_READ_TIMEOUT = float(os.environ.get("WEBHOOK_READ_TIMEOUT", "10"))
-# The delivery lane (jobtracking.delivery_lane): deliveries claimed a round, POSTs at once, and
-# how long it sleeps when none is due.
+# The delivery lane (jobtracking.engine.delivery_lane): deliveries claimed a round, POSTs at
+# once, and how long it sleeps when none is due.
 WEBHOOK_LANE_BATCH_SIZE = int(os.environ.get("WEBHOOK_LANE_BATCH_SIZE", "100"))
 WEBHOOK_CONCURRENCY = int(os.environ.get("WEBHOOK_CONCURRENCY", "16"))
 WEBHOOK_LANE_IDLE_SECONDS = float(os.environ.get("WEBHOOK_LANE_IDLE_SECONDS", "0.2"))

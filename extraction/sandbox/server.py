@@ -46,7 +46,7 @@ from extraction.sandbox.extract import (
     UnsupportedDocumentError,
     extract,
 )
-from jobtracking.urlsafety import PinnedAdapter, UnsafeURLError, check_public_url
+from extraction.urlsafety import PinnedAdapter, UnsafeURLError, check_public_url
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ from django.contrib import admin
 
 from jobtracking.admin.common import moment, record
 from jobtracking.models import ApiToken
+from jobtracking.services.tokens import tokens_revoke
 
 
 @admin.register(ApiToken)
@@ -40,8 +41,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
     )
     def revoke_all_of_their_users(self, request, queryset):
         users = {token.user for token in queryset}
-        revoked = ApiToken.objects.filter(user__in=users)
-        record(request, list(revoked), "Revoked (every token of its user).")
-        count, _ = revoked.delete()
+        record(
+            request,
+            list(ApiToken.objects.filter(user__in=users)),
+            "Revoked (every token of its user).",
+        )
+        count = tokens_revoke(users=users)
         names = ", ".join(sorted(user.get_username() for user in users))
         self.message_user(request, f"{count} token(s) revoked for {names}.")

@@ -21,10 +21,11 @@ from jobtracking.models import (
     WebhookSubscription,
 )
 from jobtracking.selectors import VIEW_ALL
+from jobtracking.services.deliveries import delivery_retry
+from jobtracking.services.subscriptions import subscription_rotate_secret
 from jobtracking.webhooks import (
     delivery_body,
     delivery_headers,
-    delivery_retry,
     send_test_event,
     subscription_secret,
 )
@@ -117,8 +118,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     )
     def rotate_secret(self, request, queryset):
         for subscription in queryset:
-            subscription.secret_version += 1
-            subscription.save(update_fields=["secret_version", "updated_at"])
+            subscription_rotate_secret(subscription)
             self._show_secret(request, subscription)
             record(
                 request, [subscription], f"Secret rotated (version {subscription.secret_version})."

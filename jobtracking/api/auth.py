@@ -1,40 +1,23 @@
 """Token authentication with hashed tokens: `Authorization: Token <key>` (or `Bearer <key>`)."""
 
-import hashlib
 import ipaddress
 import logging
-import secrets
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
+from jobtracking.infra.recent import Recent
 from jobtracking.models import ApiToken
-from jobtracking.recent import Recent
+from jobtracking.services.tokens import hash_key, token_mark_used
 
 logger = logging.getLogger(__name__)
 
 KEYWORDS = (b"token", b"bearer")
 LAST_USED_RESOLUTION = timedelta(minutes=5)
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def token_issue(*, user: AbstractBaseUser, expires_in: timedelta | None = None) -> str:
-    """Create a token for `user`, valid for `expires_in` (None: until revoked), and return its
-    key, which is stored nowhere."""
-    key = secrets.token_urlsafe(32)
-    expires_at = timezone.now() + expires_in if expires_in else None
-    ApiToken.objects.create(
-        user=user, key_hash=hash_key(key), prefix=key[:8], expires_at=expires_at
-    )
-    return key
 
 
 def client_address(request) -> str:
@@ -119,8 +102,7 @@ class HashedTokenAuthentication(BaseAuthentication):
         if token.expires_at is not None and token.expires_at <= now:
             raise _refuse(request, "The token has expired: ask for a new one.")
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            token.last_used_at = now
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token_mark_used(token, now)
         return token.user, token
 
     def authenticate_header(self, request) -> str:

@@ -15,8 +15,8 @@ from rest_framework.response import Response
 
 from jobtracking.api.problems import problem_type
 from jobtracking.api.renderers import FastJSONRenderer
-from jobtracking.dbfaults import database_unreachable
 from jobtracking.errors import ApplicationError, JobValidationError
+from jobtracking.infra.dbfaults import database_unreachable
 
 logger = logging.getLogger(__name__)
 

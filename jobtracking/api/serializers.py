@@ -13,6 +13,8 @@ from rest_framework.utils import json as strict_json
 
 from extraction.clients.base import client_text
 from extraction.models import Extractor
+from extraction.urlsafety import UnsafeURLError, check_public_url
+from jobtracking.infra.recent import Recent
 from jobtracking.models import (
     CircuitState,
     ExtractionJob,
@@ -23,10 +25,8 @@ from jobtracking.models import (
     JobStatusChange,
     Priority,
 )
-from jobtracking.recent import Recent
 from jobtracking.representation import DATETIME_FIELDS, JobRepresentation, jobs_path
 from jobtracking.services.creation import NewJob
-from jobtracking.urlsafety import UnsafeURLError, check_public_url
 
 # Output
 
@@ -404,7 +404,7 @@ def recent_extractor(slug: str) -> Extractor | None:
 
 
 class ExtractorField(serializers.SlugRelatedField):
-    """An extractor by slug, remembered briefly by the process (`jobtracking.recent`); bulk
+    """An extractor by slug, remembered briefly by the process (`jobtracking.infra.recent`); bulk
     requests pass the extractors they name, loaded once, in the context as `extractors`."""
 
     def to_internal_value(self, data):

@@ -51,8 +51,8 @@ from jobtracking.api.serializers import (
     request_fingerprint,
 )
 from jobtracking.errors import JobValidationError
-from jobtracking.filetypes import HEAD_BYTES, content_matches
-from jobtracking.metrics import render as render_metrics
+from jobtracking.infra.filetypes import HEAD_BYTES, content_matches
+from jobtracking.infra.metrics import render as render_metrics
 from jobtracking.models import (
     ActorType,
     CircuitState,

@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import jobtracking.ids
+import jobtracking.infra.ids
 from django.conf import settings
 from django.db import migrations, models
 
@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='ExtractionJob',
             fields=[
-                ('id', models.UUIDField(default=jobtracking.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ('id', models.UUIDField(default=jobtracking.infra.ids.uuid7, editable=False, primary_key=True, serialize=False)),
                 ('file_id', models.CharField(help_text="The platform's identifier of the file.", max_length=255)),
                 ('file_name', models.CharField(blank=True, max_length=255)),
                 ('content_type', models.CharField(blank=True, max_length=100)),
@@ -77,7 +77,7 @@ class Migration(migrations.Migration):
             name='JobEvent',
             fields=[
                 ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('event_id', models.UUIDField(default=jobtracking.ids.uuid7, editable=False, unique=True)),
+                ('event_id', models.UUIDField(default=jobtracking.infra.ids.uuid7, editable=False, unique=True)),
                 ('type', models.CharField(choices=[('job.created', 'job.created'), ('job.submitted', 'job.submitted'), ('job.processing', 'job.processing'), ('job.succeeded', 'job.succeeded'), ('job.failed', 'job.failed'), ('job.timed_out', 'job.timed_out'), ('job.cancelled', 'job.cancelled'), ('job.requeued', 'job.requeued')], max_length=30)),
                 ('payload', models.JSONField()),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),

@@ -1,6 +1,6 @@
 """Creating jobs: one at a time (optionally keyed by the client's Idempotency-Key) or many in
 one transaction. A new job is `pending` and due at once; its creating transaction wakes the
-dispatcher (`jobtracking.wakeup`), which hands it to a worker as soon as it has committed."""
+dispatcher (`jobtracking.engine.wakeup`), which hands it to a worker as soon as it has committed."""
 
 import contextlib
 import dataclasses
@@ -19,6 +19,8 @@ from django.utils import timezone
 
 from extraction.models import Extractor
 from jobtracking import states
+from jobtracking.engine.wakeup import CHANNEL as WAKE_CHANNEL
+from jobtracking.engine.wakeup import NOTIFY_SQL, notify_due
 from jobtracking.errors import (
     ActiveJobExistsError,
     ApplicationError,
@@ -27,8 +29,7 @@ from jobtracking.errors import (
     JobValidationError,
 )
 from jobtracking.events import job_event_payload
-from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
-from jobtracking.rows import (
+from jobtracking.infra.rows import (
     columns,
     insert_fields,
     insert_statement,
@@ -40,14 +41,9 @@ from jobtracking.rows import (
     select_rows,
     table,
 )
+from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
+from jobtracking.services.deliveries import deliveries_fan_out, fan_out_statement, fan_out_values
 from jobtracking.services.transitions import Actor, active_job_error, holder_error
-from jobtracking.wakeup import CHANNEL as WAKE_CHANNEL
-from jobtracking.wakeup import NOTIFY_SQL, notify_due
-from jobtracking.webhooks import (
-    deliveries_fan_out,
-    fan_out_statement,
-    fan_out_values,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +55,7 @@ class NewJob:
     """What a creator gives for a new job: the one input of every create (API, commands,
     benchmarks). Each field is the model field of its name; a client-supplied field is added
     here, to the model, to the create serializer and to the representation
-    (`tests/jobtracking/test_new_job_fields.py` fails when they disagree)."""
+    (`tests/jobtracking/services/test_new_job_fields.py` fails when they disagree)."""
 
     extractor: Extractor
     file_id: str

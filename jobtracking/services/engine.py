@@ -37,6 +37,8 @@ from django.utils import timezone
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
+from jobtracking.engine.priorities import lane_rate, pending_priorities, split, submit_lanes
+from jobtracking.engine.queue import enqueue_cancel_at_extractor
 from jobtracking.errors import JobMovedOnError
 from jobtracking.models import (
     ExtractionJob,
@@ -45,8 +47,6 @@ from jobtracking.models import (
     Priority,
     RateSlot,
 )
-from jobtracking.priorities import lane_rate, pending_priorities, split, submit_lanes
-from jobtracking.queue import enqueue_cancel_at_extractor
 from jobtracking.services.circuits import circuit_gate
 from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
 from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
@@ -154,7 +154,7 @@ def _lease_moves(
     started: StartedBatch,
 ) -> list[Move]:
     """Leases for as many candidates as the extractor's in-flight cap and submission rate allow,
-    priority by priority (`jobtracking.priorities`); the others are deferred."""
+    priority by priority (`jobtracking.engine.priorities`); the others are deferred."""
     by_priority = defaultdict(list)
     for job in candidates:
         by_priority[job.priority].append(job)
@@ -565,3 +565,9 @@ def _result_row(job: ExtractionJob, result: Result) -> ExtractionResult:
         # orphaned file is harmless and named after the job and attempt.
         row.payload_file.save(f"{job.id}-{job.attempt}.json", ContentFile(result.body), save=False)
     return row
+
+
+def jobs_claim(ids: list, *, now, lease) -> None:
+    """Hand these jobs to a worker (inside the dispatcher's claiming transaction, which holds
+    their rows): claimed now, and due again after `lease` should the worker never run them."""
+    ExtractionJob.objects.filter(pk__in=ids).update(claimed_at=now, due_at=now + lease)

@@ -10,9 +10,10 @@ from django.utils import timezone
 
 from extraction.errors import ErrorCode
 from jobtracking import states
+from jobtracking.engine.queue import enqueue_cancel_at_extractor
+from jobtracking.engine.wakeup import notify_due
 from jobtracking.errors import ExtractorDisabledError, JobMovedOnError
 from jobtracking.models import ExtractionJob, Priority
-from jobtracking.queue import enqueue_cancel_at_extractor
 from jobtracking.representation import moment
 from jobtracking.services.transitions import (
     SYSTEM,
@@ -22,7 +23,6 @@ from jobtracking.services.transitions import (
     job_transition,
     jobs_transition,
 )
-from jobtracking.wakeup import notify_due
 
 
 def _reset_for_new_attempt(job: ExtractionJob) -> None:

@@ -35,7 +35,7 @@ from jobtracking.errors import (
 from jobtracking.events import job_event_payload
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange
 from jobtracking.selectors import VIEW_ALL
-from jobtracking.webhooks import deliveries_fan_out
+from jobtracking.services.deliveries import deliveries_fan_out
 
 # Every column but the key. Derived from the model rather than listed, so that no field a move
 # sets can be left out of the UPDATE; `_save` writes those the batch did change.

@@ -20,9 +20,9 @@ from django.db.utils import DatabaseErrorWrapper
 from django.test import Client
 from psycopg import errors as pg_errors
 
-from jobtracking.api.auth import token_issue
 from jobtracking.api.views import ExtractionJobViewSet
-from jobtracking.dbfaults import database_unreachable
+from jobtracking.infra.dbfaults import database_unreachable
+from jobtracking.services.tokens import token_issue
 from tests.factories import UserFactory
 from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
 from tests.processes import answers, free_port, start_gunicorn, stop, wait_until

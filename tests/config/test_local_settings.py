@@ -7,7 +7,7 @@ import sys
 SCRIPT = """
 import django
 django.setup()
-from jobtracking.urlsafety import UnsafeURLError, check_public_url
+from extraction.urlsafety import UnsafeURLError, check_public_url
 check_public_url("http://127.0.0.1:8765/_sandbox/webhooks")
 for url in ("http://127.0.0.1:8000/admin/", "http://127.0.0.1:5432/", "http://[::1]:8765/"):
     try:

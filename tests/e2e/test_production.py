@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from extraction.models import Adapter
-from jobtracking.api.auth import token_issue
+from jobtracking.services.tokens import token_issue
 from tests.e2e.conftest import wait_for_terminal
 from tests.factories import ExtractorFactory
 from tests.jobtracking.api.conftest import service_account

@@ -10,8 +10,8 @@ from extraction.clients.base import RemoteStatus
 from extraction.errors import PermanentExtractorError
 from extraction.models import Adapter
 from extraction.redaction import redact_text
+from jobtracking.engine.tasks import process_jobs
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
-from jobtracking.tasks import process_jobs
 from tests.extraction.test_http_errors import SECRET, answer, make, poll_url
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 

@@ -1,5 +1,5 @@
-"""A model with the field kinds `jobtracking.rows` must write as `bulk_create` does, beyond those
-the service's models have today."""
+"""A model with the field kinds `jobtracking.infra.rows` must write as `bulk_create` does,
+beyond those the service's models have today."""
 
 import uuid
 

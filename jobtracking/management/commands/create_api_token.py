@@ -4,8 +4,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from jobtracking.api.auth import token_issue
 from jobtracking.models import ApiToken
+from jobtracking.services.tokens import token_issue
 
 CLIENTS_GROUP = "API clients"
 

@@ -9,7 +9,7 @@ from jobtracking.management.selection import (
     filtered_jobs,
     show_sample,
 )
-from jobtracking.retention import jobs_purge, purgeable_jobs
+from jobtracking.services.retention import jobs_purge, purgeable_jobs
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from jobtracking.tasks import reap_stuck_jobs
+from jobtracking.engine.tasks import reap_stuck_jobs
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from jobtracking.models import WebhookDelivery, WebhookSubscription
-from jobtracking.webhooks import delivery_retry
+from jobtracking.services.deliveries import delivery_retry
 
 
 class Command(BaseCommand):

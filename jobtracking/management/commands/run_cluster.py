@@ -9,10 +9,10 @@ from django.db import DatabaseError, connection
 from django_q.cluster import Cluster
 from django_q.conf import Conf
 
-from jobtracking.dispatcher import WORKERS, WORKERS_BEAT_SECONDS
+from jobtracking.engine.dispatcher import WORKERS, WORKERS_BEAT_SECONDS
+from jobtracking.engine.workers import start_lifeline_watch
 from jobtracking.models import ServiceHeartbeat
-from jobtracking.tasks import beat
-from jobtracking.workers import start_lifeline_watch
+from jobtracking.services.housekeeping import heartbeat_record
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Command(BaseCommand):
         # Readiness from the cluster's first second, not from its first scheduled heartbeat
         # (after start(): the forked processes must not share this connection).
         try:
-            beat("cluster")
+            heartbeat_record("cluster")
         except DatabaseError as error:
             logger.warning("cluster: first heartbeat failed (%s)", error)
         # How many workers this cluster has, for the dispatchers' broker depth; the sentinel
@@ -41,7 +41,7 @@ class Command(BaseCommand):
             if time.monotonic() - last >= WORKERS_BEAT_SECONDS:
                 last = time.monotonic()
                 try:
-                    beat(WORKERS, name, workers=Conf.WORKERS)
+                    heartbeat_record(WORKERS, name, workers=Conf.WORKERS)
                 except DatabaseError as error:
                     logger.warning("cluster: workers heartbeat failed (%s)", error)
                     connection.close()

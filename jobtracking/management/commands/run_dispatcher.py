@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from jobtracking.dispatcher import Dispatcher
+from jobtracking.engine.dispatcher import Dispatcher
 
 
 class Command(BaseCommand):

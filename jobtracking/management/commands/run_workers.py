@@ -2,7 +2,7 @@ import os
 
 from django.core.management.base import BaseCommand
 
-from jobtracking.workers import WorkerSupervisor
+from jobtracking.engine.workers import WorkerSupervisor
 
 
 class Command(BaseCommand):

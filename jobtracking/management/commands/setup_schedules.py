@@ -4,11 +4,11 @@ from django_q.models import Schedule
 # name: (task, every N minutes). Webhook retries and polls are claimed by the dispatcher
 # within a second of being due; these are the slower safety nets and housekeeping.
 SCHEDULES = {
-    "reap stuck jobs": ("jobtracking.tasks.reap_stuck_jobs", 1),
-    "cluster heartbeat": ("jobtracking.tasks.cluster_heartbeat", 1),
-    "dispatch and webhook retries (safety net)": ("jobtracking.dispatcher.dispatch_once", 1),
-    "purge jobs past retention": ("jobtracking.tasks.purge_expired_jobs", 60 * 24),
-    "sweep unreferenced uploads": ("jobtracking.retention.uploads_sweep", 60 * 24),
+    "reap stuck jobs": ("jobtracking.engine.tasks.reap_stuck_jobs", 1),
+    "cluster heartbeat": ("jobtracking.engine.tasks.cluster_heartbeat", 1),
+    "dispatch and webhook retries (safety net)": ("jobtracking.engine.dispatcher.dispatch_once", 1),
+    "purge jobs past retention": ("jobtracking.engine.tasks.purge_expired_jobs", 60 * 24),
+    "sweep unreferenced uploads": ("jobtracking.services.retention.uploads_sweep", 60 * 24),
 }
 
 

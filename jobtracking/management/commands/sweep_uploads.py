@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from jobtracking.retention import UPLOAD_SWEEP_MIN_AGE, UPLOADS_FOLDER, uploads_sweep
+from jobtracking.services.retention import UPLOAD_SWEEP_MIN_AGE, UPLOADS_FOLDER, uploads_sweep
 
 
 class Command(BaseCommand):

@@ -11,9 +11,9 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
-from jobtracking import dashboard
+from jobtracking.admin import dashboard
+from jobtracking.engine.queue import enqueue_batch, enqueue_cancel_at_extractor
 from jobtracking.models import CircuitState, ExtractorHealth, ReceiverHealth, ServiceHeartbeat
-from jobtracking.queue import enqueue_batch, enqueue_cancel_at_extractor
 from jobtracking.services.circuits import circuit_pause
 from tests.factories import (
     ExtractionJobFactory,
@@ -75,8 +75,8 @@ def test_broker_tasks_waiting_by_kind(root_client, monkeypatch):
     for _ in range(3):
         enqueue_batch([uuid.uuid4()])
     enqueue_cancel_at_extractor(uuid.uuid4())
-    async_task("jobtracking.tasks.reap_stuck_jobs")
-    async_task("jobtracking.tasks.purge_expired_jobs")
+    async_task("jobtracking.engine.tasks.reap_stuck_jobs")
+    async_task("jobtracking.engine.tasks.purge_expired_jobs")
     # Taken by a cluster: not waiting any more.
     taken = OrmQ.objects.order_by("id").first()
     OrmQ.objects.filter(pk=taken.pk).update(lock=timezone.now() + timedelta(minutes=1))
@@ -94,7 +94,7 @@ def test_broker_tasks_by_kind_decodes_only_the_first_rows(root_client, monkeypat
     monkeypatch.setattr(dashboard, "BROKER_TASKS_READ", 2)
     for _ in range(3):
         enqueue_batch([uuid.uuid4()])
-    async_task("jobtracking.tasks.reap_stuck_jobs")
+    async_task("jobtracking.engine.tasks.reap_stuck_jobs")
     html = root_client.get(DASHBOARD).content.decode()
     assert "Broker: <strong>4</strong> task(s) waiting" in html
     assert "Waiting in the broker (the first 2 read): job batches <strong>2</strong>" in html

@@ -2,7 +2,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-from jobtracking.api.auth import token_issue
+from jobtracking.services.tokens import token_issue
 from tests.factories import ExtractorFactory, UserFactory
 
 

@@ -10,7 +10,7 @@ from django.core.files.base import ContentFile
 from jobtracking.models import ActorType, JobEvent, JobStatusChange
 from jobtracking.services import Actor, NewJob, job_create
 from tests.jobtracking.api.conftest import client_for, service_account
-from tests.jobtracking.test_tasks import SAMPLES, run_to_end
+from tests.jobtracking.engine.test_tasks import SAMPLES, run_to_end
 
 pytestmark = pytest.mark.django_db
 

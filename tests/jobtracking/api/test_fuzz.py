@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobtracking.api.auth import token_issue
+from jobtracking.services.tokens import token_issue
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 from tests.jobtracking.api.conftest import service_account
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 from extraction.registry import get_client
 from jobtracking.models import ExtractionJob
 from jobtracking.services import Actor, job_cancel, job_requeue
-from tests.jobtracking.test_tasks import new_job, run_to_end, step
+from tests.jobtracking.engine.test_tasks import new_job, run_to_end, step
 
 pytestmark = pytest.mark.django_db
 

@@ -16,57 +16,26 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
-from django.utils import timezone
+from django.db import DatabaseError, connection
 
-from jobtracking.models import DeliveryState, ReceiverHealth, WebhookDelivery
-from jobtracking.services.circuits import Tally, circuit_gate, circuits_report
-from jobtracking.webhooks import is_delivered, is_receiver_down, record_attempt, send
+from jobtracking.models import ReceiverHealth
+from jobtracking.services.circuits import Tally, circuits_report
+from jobtracking.services.deliveries import (
+    deliveries_claim_due,
+    deliveries_release,
+    record_attempt,
+)
+from jobtracking.webhooks import is_delivered, is_receiver_down, send
 
 logger = logging.getLogger(__name__)
 
 
-def claim_due_deliveries(
-    *, limit: int, lease: timedelta
-) -> tuple[list[WebhookDelivery], dict[int, ReceiverHealth]]:
-    """Claim up to `limit` due deliveries: those to send now get their next attempt a lease
-    ahead (so that nobody else sends them meanwhile); those of a receiver whose circuit holds
-    them wait until it may be called again. Returns those to send, and the receivers'
-    circuits as found."""
-    now = timezone.now()
-    with transaction.atomic():
-        due = WebhookDelivery.objects.select_related("event", "subscription").filter(
-            state=DeliveryState.PENDING, next_attempt_at__lte=now
-        )
-        if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True, of=("self",))
-        by_receiver = defaultdict(list)
-        for delivery in due.order_by("next_attempt_at")[:limit]:
-            by_receiver[delivery.subscription_id].append(delivery)
-        health = ReceiverHealth.objects.in_bulk(list(by_receiver))
-        to_send = []
-        for receiver, deliveries in by_receiver.items():
-            gate = circuit_gate(health.get(receiver), now)
-            if gate.hold_until is None:
-                to_send += deliveries
-                continue
-            to_send += deliveries[:1] if gate.probe else []
-            held = deliveries[1:] if gate.probe else deliveries
-            WebhookDelivery.objects.filter(pk__in=[d.pk for d in held]).update(
-                next_attempt_at=gate.hold_until
-            )
-        WebhookDelivery.objects.filter(pk__in=[d.pk for d in to_send]).update(
-            next_attempt_at=now + lease
-        )
-    return to_send, health
-
-
 def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
     """One round of the lane; returns how many deliveries it sent."""
-    deliveries, health = claim_due_deliveries(limit=limit, lease=lease)
+    deliveries, health = deliveries_claim_due(limit=limit, lease=lease)
     outcomes = list(_pool().map(send, deliveries))
     tallies = defaultdict(Tally)
     for delivery, (status, _excerpt, error) in zip(deliveries, outcomes, strict=True):
@@ -74,7 +43,7 @@ def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
             tallies[delivery.subscription_id].failed(str(delivery.pk), error or f"HTTP {status}")
         elif is_delivered(status):
             tallies[delivery.subscription_id].successes += 1
-    holding = circuits_report(ReceiverHealth, tallies, health, _release)
+    holding = circuits_report(ReceiverHealth, tallies, health, deliveries_release)
     for delivery, outcome in zip(deliveries, outcomes, strict=True):
         record_attempt(delivery, outcome, holding.get(delivery.subscription_id))
     return len(deliveries)
@@ -85,15 +54,6 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(
         max_workers=settings.WEBHOOK_CONCURRENCY, thread_name_prefix="webhook"
     )
-
-
-def _release(receiver: int):
-    def release(held_until: datetime) -> None:
-        WebhookDelivery.objects.filter(
-            subscription_id=receiver, state=DeliveryState.PENDING, next_attempt_at=held_until
-        ).update(next_attempt_at=timezone.now())
-
-    return release
 
 
 class DeliveryLane(threading.Thread):

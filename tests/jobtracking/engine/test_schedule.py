@@ -1,7 +1,7 @@
 import random
 from datetime import timedelta
 
-from jobtracking.schedule import next_delay
+from jobtracking.engine.schedule import next_delay
 
 INITIAL = timedelta(seconds=2)
 CAP = timedelta(seconds=30)

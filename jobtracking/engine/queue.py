@@ -9,7 +9,7 @@ from django_q.tasks import async_task
 def enqueue_batch(job_ids: list[UUID]) -> None:
     """One task for a batch of jobs of one extractor."""
     async_task(
-        "jobtracking.tasks.process_jobs",
+        "jobtracking.engine.tasks.process_jobs",
         [str(pk) for pk in job_ids],
         q_options={"task_name": f"process {len(job_ids)} from {job_ids[0]}", "group": "jobs"},
     )
@@ -17,7 +17,7 @@ def enqueue_batch(job_ids: list[UUID]) -> None:
 
 def enqueue_cancel_at_extractor(job_id: UUID | str) -> None:
     async_task(
-        "jobtracking.tasks.cancel_at_extractor",
+        "jobtracking.engine.tasks.cancel_at_extractor",
         str(job_id),
         q_options={"task_name": f"cancel at extractor {job_id}", "group": "jobs"},
     )

@@ -13,7 +13,9 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from jobtracking.dispatcher import WORKERS, Dispatcher, broker_depth, claim_due_jobs
+from jobtracking.engine.dispatcher import WORKERS, Dispatcher, broker_depth, claim_due_jobs
+from jobtracking.engine.tasks import process_jobs
+from jobtracking.engine.wakeup import Listener
 from jobtracking.errors import JobMovedOnError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, RateSlot, ServiceHeartbeat
 from jobtracking.services import (
@@ -26,8 +28,7 @@ from jobtracking.services import (
     jobs_transition,
 )
 from jobtracking.services.engine import jobs_start, reserve_slots
-from jobtracking.tasks import beat, process_jobs
-from jobtracking.wakeup import Listener
+from jobtracking.services.housekeeping import heartbeat_record
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 
 pytestmark = pytest.mark.django_db
@@ -140,7 +141,7 @@ def test_a_job_cancelled_during_its_batch_is_dropped_and_cancelled_at_the_extrac
     started = jobs_start(job_ids=ids)
     # Cancel one job while its submission is on the wire.
     job_cancel(job_id=jobs[0].pk, actor=Actor("api"), reason="changed my mind")
-    monkeypatch.setattr("jobtracking.tasks.jobs_start", lambda job_ids: started)
+    monkeypatch.setattr("jobtracking.engine.tasks.jobs_start", lambda job_ids: started)
     process_jobs(ids)
     statuses = dict(ExtractionJob.objects.values_list("pk", "status"))
     assert statuses[jobs[0].pk] == "cancelled"
@@ -243,7 +244,7 @@ def test_the_dispatcher_claims_nothing_while_the_broker_holds_enough_work(
     monkeypatch.setattr(Conf, "SYNC", False)
     job = ExtractionJobFactory(due_at=timezone.now())
     for _ in range(2):
-        async_task("jobtracking.tasks.process_jobs", [])
+        async_task("jobtracking.engine.tasks.process_jobs", [])
     dispatcher = Dispatcher()
     with django_capture_on_commit_callbacks(execute=True):
         assert dispatcher.tick() == 0
@@ -257,8 +258,8 @@ def test_the_dispatcher_claims_nothing_while_the_broker_holds_enough_work(
 def test_the_broker_depth_follows_the_live_clusters_workers(settings):
     settings.JOBS_DISPATCH_QUEUED_PER_WORKER = 3
     assert broker_depth() == 3
-    beat(WORKERS, "workers@a:1", workers=2)
-    beat(WORKERS, "workers@b:2", workers=8)
+    heartbeat_record(WORKERS, "workers@a:1", workers=2)
+    heartbeat_record(WORKERS, "workers@b:2", workers=8)
     assert broker_depth() == 30
     ServiceHeartbeat.objects.filter(name="workers@b:2").update(
         beat_at=timezone.now() - timedelta(minutes=5)

@@ -38,8 +38,8 @@ CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH = 720, 160, 40
 REFRESH_SECONDS = 5
 LIVENESS_HISTORY = timedelta(days=1)
 # Broker tasks by what they run: job batches, other job work, and housekeeping (schedules).
-JOB_BATCH_TASKS = {"jobtracking.tasks.process_jobs", "jobtracking.tasks.process_job"}
-OTHER_JOB_TASKS = {"jobtracking.tasks.cancel_at_extractor"}
+JOB_BATCH_TASKS = {"jobtracking.engine.tasks.process_jobs", "jobtracking.engine.tasks.process_job"}
+OTHER_JOB_TASKS = {"jobtracking.engine.tasks.cancel_at_extractor"}
 # Each waiting task is unsigned and unpickled to learn its kind: the first ones tell enough.
 BROKER_TASKS_READ = 1000
 

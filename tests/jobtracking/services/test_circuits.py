@@ -8,10 +8,10 @@ import pytest
 from django.utils import timezone
 
 from jobtracking import states
+from jobtracking.engine.tasks import process_jobs
 from jobtracking.models import CircuitState, ExtractionJob, ExtractorHealth, JobStatusChange
 from jobtracking.services.extractor_health import extractor_pause, extractor_resume
-from jobtracking.tasks import process_jobs
-from tests.jobtracking.test_tasks import new_job, run_to_end
+from tests.jobtracking.engine.test_tasks import new_job, run_to_end
 
 pytestmark = pytest.mark.django_db
 

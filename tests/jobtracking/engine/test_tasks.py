@@ -11,15 +11,15 @@ from django.utils import timezone
 
 from extraction.registry import get_client
 from jobtracking import states
+from jobtracking.engine.tasks import _submit_request, process_job, process_jobs, reap_stuck_jobs
 from jobtracking.models import ExtractionJob, ExtractionResult, JobEvent, JobStatusChange
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.services.engine import jobs_start
-from jobtracking.tasks import _submit_request, process_job, process_jobs, reap_stuck_jobs
 from tests.factories import ExtractionJobFactory
 
 pytestmark = pytest.mark.django_db
 
-SAMPLES = Path(__file__).resolve().parents[2] / "extraction" / "sandbox" / "samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "extraction" / "sandbox" / "samples"
 
 
 def new_job(extractor, name="budget.csv", **kwargs) -> ExtractionJob:

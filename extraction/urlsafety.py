@@ -13,14 +13,15 @@ from urllib.parse import SplitResult, urlsplit
 import requests
 from django.conf import settings
 
-from jobtracking.errors import ApplicationError
-
 ALLOWED_SCHEMES = ("http", "https")
 
 
-class UnsafeURLError(ApplicationError):
-    code = "unsafe_url"
-    http_status = 400
+class UnsafeURLError(ValueError):
+    """The URL may not be fetched; `message` says why (for a client: its own URL)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def _port(parts: SplitResult) -> int:

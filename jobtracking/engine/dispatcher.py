@@ -1,8 +1,8 @@
 """The dispatcher hands out all job work. It claims jobs whose due_at has passed and enqueues
 one `process_jobs` task per batch of one extractor's jobs. Beside it, a thread runs the webhook
-delivery lane (`jobtracking.delivery_lane`), which never goes through the broker. A new job wakes
-it at once (PostgreSQL `NOTIFY`, see `jobtracking.wakeup`); otherwise it looks every
-`JOBS_DISPATCH_IDLE_SECONDS`.
+delivery lane (`jobtracking.engine.delivery_lane`), which never goes through the broker. A new
+job wakes it at once (PostgreSQL `NOTIFY`, see `jobtracking.engine.wakeup`); otherwise it looks
+every `JOBS_DISPATCH_IDLE_SECONDS`.
 
 Claiming uses `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL, so several dispatchers on several
 machines never claim the same job, and the queries walk a partial index of active jobs by
@@ -28,17 +28,18 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 
 from jobtracking import states
-from jobtracking.delivery_lane import DeliveryLane, deliveries_send_due
+from jobtracking.engine.delivery_lane import DeliveryLane, deliveries_send_due
+from jobtracking.engine.priorities import round_robin, split
+from jobtracking.engine.queue import enqueue_batch
+from jobtracking.engine.wakeup import Listener
 from jobtracking.models import (
     ACTIVE_STATUS,
     REQUESTER_KEY,
     ExtractionJob,
     ServiceHeartbeat,
 )
-from jobtracking.priorities import round_robin, split
-from jobtracking.queue import enqueue_batch
-from jobtracking.tasks import beat
-from jobtracking.wakeup import Listener
+from jobtracking.services.engine import jobs_claim
+from jobtracking.services.housekeeping import heartbeat_record
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def claim_due_jobs(*, batch_size: int, lease: timedelta) -> list[UUID]:
         rows = [row for priority in sorted(fair) for row in fair[priority][: grants[priority]]]
         if rows:
             ids = [pk for pk, _ in rows]
-            ExtractionJob.objects.filter(pk__in=ids).update(claimed_at=now, due_at=now + lease)
+            jobs_claim(ids, now=now, lease=lease)
             transaction.on_commit(partial(enqueue_batches, rows))
     return [pk for pk, _ in rows]
 
@@ -186,7 +187,7 @@ class Dispatcher:
         # run before a more urgent job claimed after it; and it expires (and is handed out
         # again) if the wait outlasts its lease. Too shallow, and workers wait for work.
         if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_SECONDS:
-            beat("dispatcher", self.name, claimed_total=self.claimed_total)
+            heartbeat_record("dispatcher", self.name, claimed_total=self.claimed_total)
             self.depth = broker_depth()
             self.last_beat = time.monotonic()
         room = self.depth - self.broker.queue_size()

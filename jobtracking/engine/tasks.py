@@ -9,7 +9,6 @@ broker's.
 import dataclasses
 import functools
 import logging
-import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -38,12 +37,12 @@ from extraction.errors import (
 )
 from extraction.models import Extractor
 from extraction.registry import get_client
+from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking import states
+from jobtracking.engine.schedule import next_delay
 from jobtracking.errors import JobMovedOnError
-from jobtracking.logs import job_log_context
-from jobtracking.models import ExtractionJob, ExtractorHealth, ServiceHeartbeat
-from jobtracking.retention import jobs_purge, purgeable_jobs
-from jobtracking.schedule import next_delay
+from jobtracking.infra.logs import job_log_context
+from jobtracking.models import ExtractionJob, ExtractorHealth
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
 from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.engine import (
@@ -62,7 +61,8 @@ from jobtracking.services.engine import (
     succeeded_move,
 )
 from jobtracking.services.extractor_health import extractor_release
-from jobtracking.urlsafety import UnsafeURLError, check_public_url
+from jobtracking.services.housekeeping import heartbeat_record, jobs_due_repair
+from jobtracking.services.retention import jobs_purge, purgeable_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -424,7 +424,7 @@ def reap_stuck_jobs() -> dict[str, int]:
     handed_back = sum(
         _ignore_moved_on(job_hand_back_expired_lease, job_id=pk) is not None for pk in expired
     )
-    repaired = active.filter(due_at__isnull=True).update(due_at=now)
+    repaired = jobs_due_repair(now)
     return {"timed_out": timed_out, "handed_back": handed_back, "repaired": repaired}
 
 
@@ -436,14 +436,6 @@ def purge_expired_jobs() -> int:
     return purged
 
 
-def beat(kind: str, name: str | None = None, **details) -> None:
-    """Record that a long-running process is alive (read by /readyz)."""
-    ServiceHeartbeat.objects.update_or_create(
-        name=name or f"{kind}@{socket.gethostname()}",
-        defaults={"kind": kind, "beat_at": timezone.now(), "details": details},
-    )
-
-
 def cluster_heartbeat() -> None:
     """Scheduled every minute: proves the django-q2 cluster runs tasks."""
-    beat("cluster")
+    heartbeat_record("cluster")

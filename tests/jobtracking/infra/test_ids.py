@@ -3,7 +3,7 @@
 import time
 import uuid
 
-from jobtracking.ids import uuid7
+from jobtracking.infra.ids import uuid7
 
 
 def test_an_id_is_a_version_7_uuid_carrying_the_current_millisecond():

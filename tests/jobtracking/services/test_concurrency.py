@@ -8,11 +8,18 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobtracking import retention
 from jobtracking.errors import ActiveJobExistsError, InvalidTransitionError
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
-from jobtracking.retention import jobs_purge
-from jobtracking.services import Actor, NewJob, job_cancel, job_create, job_requeue, job_transition
+from jobtracking.services import (
+    Actor,
+    NewJob,
+    job_cancel,
+    job_create,
+    job_requeue,
+    job_transition,
+    retention,
+)
+from jobtracking.services.retention import jobs_purge
 from tests.factories import ExtractionJobFactory, ExtractorFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("seeded_statuses")]

@@ -4,8 +4,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from jobtracking.api.auth import hash_key
 from jobtracking.models import ApiToken
+from jobtracking.services.tokens import hash_key
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

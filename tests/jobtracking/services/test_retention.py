@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django_q.models import Schedule
 
-from jobtracking.retention import uploads_sweep
+from jobtracking.services.retention import uploads_sweep
 from tests.factories import ExtractionJobFactory
 
 pytestmark = pytest.mark.django_db
@@ -74,5 +74,5 @@ def test_sweep_uploads_command_reports_what_it_deleted(media, uploads):
 
 def test_setup_schedules_sweeps_uploads_daily():
     call_command("setup_schedules", stdout=io.StringIO())
-    schedule = Schedule.objects.get(func="jobtracking.retention.uploads_sweep")
+    schedule = Schedule.objects.get(func="jobtracking.services.retention.uploads_sweep")
     assert (schedule.schedule_type, schedule.minutes) == (Schedule.MINUTES, 60 * 24)

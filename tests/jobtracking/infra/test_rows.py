@@ -1,4 +1,4 @@
-"""Rows as JSON for the one-statement inserts (`jobtracking.rows`)."""
+"""Rows as JSON for the one-statement inserts (`jobtracking.infra.rows`)."""
 
 import datetime
 import decimal
@@ -13,8 +13,7 @@ from django.db.models import Value, signals
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
-from jobtracking.rows import (
+from jobtracking.infra.rows import (
     insert_fields,
     insert_statement,
     instance,
@@ -23,6 +22,7 @@ from jobtracking.rows import (
     row_set,
     select_rows,
 )
+from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
 from jobtracking.services.creation import NewJob, job_create_many
 from jobtracking.services.transitions import Actor
 from tests.factories import ExtractorFactory, UserFactory, api_job

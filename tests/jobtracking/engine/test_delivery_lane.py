@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from werkzeug import Response
 
-from jobtracking.delivery_lane import deliveries_send_due
+from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import CircuitState, ReceiverHealth, WebhookDelivery
 from jobtracking.webhooks import RETRY_WINDOW
 from tests.factories import WebhookSubscriptionFactory

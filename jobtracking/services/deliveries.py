@@ -1,0 +1,188 @@
+"""Webhook deliveries' rows: one per (event, matching subscription), written with the events;
+each attempt's outcome; dead ones given a fresh schedule. `jobtracking.webhooks` signs and
+sends; the delivery lane (`jobtracking.engine.delivery_lane`) claims and sends due ones."""
+
+import functools
+import random
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from jobtracking.infra.rows import columns, insert_fields, instance, json_rows, select_rows, table
+from jobtracking.models import (
+    DeliveryState,
+    ExtractionJob,
+    JobEvent,
+    ReceiverHealth,
+    WebhookDelivery,
+    WebhookSubscription,
+)
+from jobtracking.services.circuits import circuit_gate
+from jobtracking.webhooks import RETRY_SCHEDULE, RETRY_WINDOW, is_delivered, send, wants
+
+
+def deliveries_fan_out(events: list[JobEvent]) -> None:
+    """One pending delivery per (event, matching active subscription), due at once. Call inside
+    the transaction that writes the events: they commit together, and the delivery lane
+    (`jobtracking.engine.delivery_lane`) sends them."""
+    if not events:
+        return
+    subscriptions = list(WebhookSubscription.objects.filter(active=True))
+    if not subscriptions:
+        return
+    requesters = dict(
+        ExtractionJob.objects.filter(pk__in={event.job_id for event in events}).values_list(
+            "pk", "requested_by_id"
+        )
+    )
+    now = timezone.now()
+    WebhookDelivery.objects.bulk_create(
+        _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
+        for event in events
+        for sub in subscriptions
+        if wants(sub, event.type, requesters.get(event.job_id))
+    )
+
+
+def _delivery_value_fields() -> tuple:
+    """A delivery's columns but its event and subscription, which the fan-out joins in."""
+    return insert_fields(WebhookDelivery, exclude=("event", "subscription"))
+
+
+@functools.cache
+def fan_out_statement(events: str, jobs: str) -> str:
+    """`deliveries_fan_out` as one `INSERT … SELECT`, for a statement whose CTEs named `events`
+    and `jobs` returned the new events' `id`, `type` and `job_id` and their jobs' `id` and
+    `requested_by_id`: it returns the deliveries' ids. Its parameter is the deliveries' other
+    columns (`fan_out_values`)."""
+    meta = WebhookDelivery._meta
+    fields = _delivery_value_fields()
+    return (
+        f"INSERT INTO {table(WebhookDelivery)} ({meta.get_field('event').column}, "
+        f"{meta.get_field('subscription').column}, {columns(fields)}) "
+        f"SELECT e.id, s.id, t.* FROM {events} e JOIN {jobs} j ON j.id = e.job_id "
+        f"JOIN {table(WebhookSubscription)} s ON s.active "
+        # `wants`: no event types means every type; a job its owner may see.
+        "AND (s.event_types IN ('[]'::jsonb, 'null'::jsonb) "
+        "OR jsonb_exists(s.event_types, e.type)) "
+        "AND (s.all_jobs OR s.created_by_id IS NOT DISTINCT FROM j.requested_by_id) "
+        f"CROSS JOIN ({select_rows(WebhookDelivery, fields)}) t "
+        "RETURNING id"
+    )
+
+
+def fan_out_values(now) -> str:
+    return json_rows([_pending_delivery(now)], _delivery_value_fields())
+
+
+def _pending_delivery(now, **relations) -> WebhookDelivery:
+    return instance(WebhookDelivery, next_attempt_at=now, created_at=now, **relations)
+
+
+def deliver(delivery_id: int) -> str:
+    """Make one attempt now; record its outcome. Returns the delivery's state afterwards."""
+    delivery = (
+        WebhookDelivery.objects.select_related("event", "subscription")
+        .filter(pk=delivery_id, state=DeliveryState.PENDING)
+        .first()
+    )
+    if delivery is None:
+        return "gone"
+    return record_attempt(delivery, send(delivery))
+
+
+def record_attempt(
+    delivery: WebhookDelivery,
+    outcome: tuple[int | None, str, str],
+    held_until: datetime | None = None,
+) -> str:
+    """Record one attempt's outcome; returns the delivery's state afterwards. A failure is
+    retried on `RETRY_SCHEDULE`; `held_until` (the receiver's circuit is open) means it was not
+    this delivery's fault: it is not counted and waits for the circuit. Either way a delivery
+    still failing `RETRY_WINDOW` after its first failure is dead."""
+    status, excerpt, error = outcome
+    now = timezone.now()
+    first_failed_at = delivery.first_failed_at or now
+    attempts = delivery.attempts + (held_until is None or is_delivered(status))
+    changes: dict[str, Any] = {
+        "attempts": attempts,
+        "last_status_code": status,
+        "last_response_excerpt": excerpt,
+        "last_error": error or ("" if is_delivered(status) else f"HTTP {status}"),
+    }
+    if is_delivered(status):
+        changes |= {"state": DeliveryState.DELIVERED, "delivered_at": now, "next_attempt_at": None}
+    elif attempts > len(RETRY_SCHEDULE) or now >= first_failed_at + RETRY_WINDOW:
+        changes |= {"state": DeliveryState.DEAD, "next_attempt_at": None}
+    elif held_until is not None:
+        changes |= {"first_failed_at": first_failed_at, "next_attempt_at": held_until}
+    else:
+        wait = RETRY_SCHEDULE[attempts - 1].total_seconds()
+        changes["next_attempt_at"] = now + timedelta(seconds=wait * random.uniform(1.0, 1.2))
+        changes["first_failed_at"] = first_failed_at
+    # Compare-and-set on the attempt count: a duplicate sender's outcome is dropped.
+    WebhookDelivery.objects.filter(
+        pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
+    ).update(**changes)
+    return changes.get("state", DeliveryState.PENDING)
+
+
+def delivery_retry(*, queryset) -> int:
+    """Give dead deliveries a fresh schedule, due now (the admin action and the command)."""
+    with transaction.atomic():
+        return queryset.filter(state=DeliveryState.DEAD).update(
+            state=DeliveryState.PENDING,
+            attempts=0,
+            first_failed_at=None,
+            next_attempt_at=timezone.now(),
+            last_error="",
+        )
+
+
+def deliveries_claim_due(
+    *, limit: int, lease: timedelta
+) -> tuple[list[WebhookDelivery], dict[int, ReceiverHealth]]:
+    """Claim up to `limit` due deliveries: those to send now get their next attempt a lease
+    ahead (so that nobody else sends them meanwhile); those of a receiver whose circuit holds
+    them wait until it may be called again. Returns those to send, and the receivers'
+    circuits as found."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = WebhookDelivery.objects.select_related("event", "subscription").filter(
+            state=DeliveryState.PENDING, next_attempt_at__lte=now
+        )
+        if connection.features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True, of=("self",))
+        by_receiver = defaultdict(list)
+        for delivery in due.order_by("next_attempt_at")[:limit]:
+            by_receiver[delivery.subscription_id].append(delivery)
+        health = ReceiverHealth.objects.in_bulk(list(by_receiver))
+        to_send = []
+        for receiver, deliveries in by_receiver.items():
+            gate = circuit_gate(health.get(receiver), now)
+            if gate.hold_until is None:
+                to_send += deliveries
+                continue
+            to_send += deliveries[:1] if gate.probe else []
+            held = deliveries[1:] if gate.probe else deliveries
+            WebhookDelivery.objects.filter(pk__in=[d.pk for d in held]).update(
+                next_attempt_at=gate.hold_until
+            )
+        WebhookDelivery.objects.filter(pk__in=[d.pk for d in to_send]).update(
+            next_attempt_at=now + lease
+        )
+    return to_send, health
+
+
+def deliveries_release(receiver: int):
+    """For a receiver's circuit: what releases the deliveries it held until `held_until`."""
+
+    def release(held_until: datetime) -> None:
+        WebhookDelivery.objects.filter(
+            subscription_id=receiver, state=DeliveryState.PENDING, next_attempt_at=held_until
+        ).update(next_attempt_at=timezone.now())
+
+    return release
