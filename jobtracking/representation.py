@@ -87,9 +87,7 @@ class JobRepresentation:
             "submitted_at": write(job.submitted_at),
             "started_at": write(job.started_at),
             "completed_at": write(job.completed_at),
-            # A job's `job.created` payload is written before its insert stamps `updated_at`
-            # (auto_now): until then its creation is its last change.
-            "updated_at": write(job.updated_at or job.created_at),
+            "updated_at": write(job.updated_at),
             "deadline_at": write(job.deadline_at),
             "durations": self.durations(job),
             "links": self.links(pk),

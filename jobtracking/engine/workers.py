@@ -37,7 +37,7 @@ from django_q.models import OrmQ
 
 logger = logging.getLogger(__name__)
 
-MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
+MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
 LIFELINE_ENV = "JOBS_SUPERVISOR_LIFELINE_FD"
 
 
