@@ -107,7 +107,8 @@ class BulkItemValidator:
             if hook is not None:
                 value = hook(value)
             self.serializer.set_value(data, field.source_attrs, value)
-        self.serializer.run_validators(data)
+        if self.serializer.validators:  # (DRF's call gathers read-only defaults first)
+            self.serializer.run_validators(data)
         return self.serializer.validate(data)
 
     def _field(self, field: serializers.Field, value: Any) -> Any:

@@ -28,6 +28,7 @@ from django.db.models import signals
 from django.db.models.base import ModelState
 from django.db.models.expressions import DatabaseDefault
 from django.db.models.fields import AutoFieldMixin
+from django.db.models.fields.files import FieldFile
 from django.utils.duration import duration_iso_string
 from psycopg.types.json import Json, Jsonb
 
@@ -74,23 +75,72 @@ def _prepared(field: models.Field, value, connection):
     return value
 
 
+def _reads_attribute(field: models.Field) -> bool:
+    """Whether the field's `pre_save` only reads the attribute: `Field`'s, and a Django date
+    field's when it is neither auto_now nor auto_now_add."""
+    pre_save = type(field).pre_save
+    if pre_save in (models.DateField.pre_save, models.DateTimeField.pre_save):
+        return not (field.auto_now or field.auto_now_add)
+    return pre_save is models.Field.pre_save
+
+
 def _saved(objs: list[models.Model], field: models.Field) -> list:
-    """The field's `pre_save` of each object: where the field keeps `Field.pre_save`, which
-    reads the attribute, the attribute, read at C speed."""
-    if type(field).pre_save is models.Field.pre_save:
+    """The field's `pre_save` of each object: where that only reads the attribute, the
+    attribute, read at C speed."""
+    if _reads_attribute(field):
         return list(map(operator.attrgetter(field.attname), objs))
     return [field.pre_save(obj, True) for obj in objs]
+
+
+# Django's own field classes, by the value type whose `get_db_prep_save` on PostgreSQL is the
+# value itself (a JSONField's: wrapped for the driver, which `_prepared` unwraps; a FileField's:
+# its name). `test_a_row_set_stores_what_bulk_create_stores` holds them to `bulk_create`.
+_PLAIN = {
+    **dict.fromkeys(
+        (models.CharField, models.TextField, models.SlugField, models.URLField), ((str,), None)
+    ),
+    **dict.fromkeys(
+        (
+            models.IntegerField,
+            models.BigIntegerField,
+            models.SmallIntegerField,
+            models.PositiveIntegerField,
+            models.PositiveSmallIntegerField,
+        ),
+        ((int,), None),
+    ),
+    models.BooleanField: ((bool,), None),
+    models.UUIDField: ((uuid.UUID,), None),
+    models.FileField: ((FieldFile,), str),
+}
+
+
+def _plain(field: models.Field) -> tuple[tuple, object]:
+    """The value types this field writes as they are, and their conversion if any."""
+    if type(field) is models.JSONField and field.encoder is None:
+        return (dict, list), None
+    return _PLAIN.get(type(field), ((), None))
 
 
 def _values(objs: list[models.Model], field: models.Field) -> list:
     """The field's value of each object as `bulk_create` sends it (`SQLInsertCompiler`). An
     object holding the very value the previous one held gets the same prepared value: a
-    bulk create's objects share most of theirs, and preparing them was most of the work."""
+    bulk create's objects share most of theirs. Values a Django field writes as they are
+    (`_PLAIN`) skip the preparation, most of the work for the values each object has alone."""
     connection = _connection()
+    plain_types, convert = _plain(field) or ((), None)
     values, last, prepared = [], object(), None
     for value in _saved(objs, field):
         if value is not last:
-            last, prepared = value, _prepared(field, value, connection)
+            if (
+                type(value) in plain_types
+                if isinstance(plain_types, tuple)
+                else (type(value) is plain_types)
+            ):
+                prepared = convert(value) if convert else value
+            else:
+                prepared = _prepared(field, value, connection)
+            last = value
         values.append(prepared)
     return values
 
@@ -123,10 +173,7 @@ def _dumps(value) -> str:
 
 
 def _row(obj: models.Model, fields: tuple) -> dict:
-    connection = _connection()
-    row = {
-        field.column: _prepared(field, field.pre_save(obj, True), connection) for field in fields
-    }
+    row = {field.column: _values([obj], field)[0] for field in fields}
     return {column: value for column, value in row.items() if value is not _DEFAULT}
 
 
