@@ -115,6 +115,7 @@ _PLAIN = {
 }
 
 
+@functools.cache
 def _plain(field: models.Field) -> tuple[tuple, object]:
     """The value types this field writes as they are, and their conversion if any."""
     if type(field) is models.JSONField and field.encoder is None:
@@ -122,25 +123,24 @@ def _plain(field: models.Field) -> tuple[tuple, object]:
     return _PLAIN.get(type(field), ((), None))
 
 
+def _prepared_fast(field: models.Field, value, connection):
+    """`_prepared`, without the preparation where the field writes the value as it is
+    (`_PLAIN`): most of the work for the values each object has alone."""
+    plain_types, convert = _plain(field)
+    if type(value) in plain_types:
+        return convert(value) if convert else value
+    return _prepared(field, value, connection)
+
+
 def _values(objs: list[models.Model], field: models.Field) -> list:
     """The field's value of each object as `bulk_create` sends it (`SQLInsertCompiler`). An
     object holding the very value the previous one held gets the same prepared value: a
-    bulk create's objects share most of theirs. Values a Django field writes as they are
-    (`_PLAIN`) skip the preparation, most of the work for the values each object has alone."""
+    bulk create's objects share most of theirs."""
     connection = _connection()
-    plain_types, convert = _plain(field) or ((), None)
     values, last, prepared = [], object(), None
     for value in _saved(objs, field):
         if value is not last:
-            if (
-                type(value) in plain_types
-                if isinstance(plain_types, tuple)
-                else (type(value) is plain_types)
-            ):
-                prepared = convert(value) if convert else value
-            else:
-                prepared = _prepared(field, value, connection)
-            last = value
+            last, prepared = value, _prepared_fast(field, value, connection)
         values.append(prepared)
     return values
 
@@ -173,7 +173,11 @@ def _dumps(value) -> str:
 
 
 def _row(obj: models.Model, fields: tuple) -> dict:
-    row = {field.column: _values([obj], field)[0] for field in fields}
+    connection = _connection()
+    row = {
+        field.column: _prepared_fast(field, field.pre_save(obj, True), connection)
+        for field in fields
+    }
     return {column: value for column, value in row.items() if value is not _DEFAULT}
 
 
