@@ -25,8 +25,8 @@ from jobtracking.models import ReceiverHealth
 from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.deliveries import (
     deliveries_claim_due,
+    deliveries_record,
     deliveries_release,
-    record_attempt,
 )
 from jobtracking.webhooks import is_delivered, is_receiver_down, send
 
@@ -44,8 +44,12 @@ def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
         elif is_delivered(status):
             tallies[delivery.subscription_id].successes += 1
     holding = circuits_report(ReceiverHealth, tallies, health, deliveries_release)
-    for delivery, outcome in zip(deliveries, outcomes, strict=True):
-        record_attempt(delivery, outcome, holding.get(delivery.subscription_id))
+    deliveries_record(
+        [
+            (delivery, outcome, holding.get(delivery.subscription_id))
+            for delivery, outcome in zip(deliveries, outcomes, strict=True)
+        ]
+    )
     return len(deliveries)
 
 

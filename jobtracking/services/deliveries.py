@@ -2,6 +2,7 @@
 each attempt's outcome; dead ones given a fresh schedule. `jobtracking.webhooks` signs and
 sends; the delivery lane (`jobtracking.engine.delivery_lane`) claims and sends due ones."""
 
+import copy
 import functools
 import random
 from collections import defaultdict
@@ -11,7 +12,15 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobtracking.infra.rows import columns, insert_fields, instance, json_rows, select_rows, table
+from jobtracking.infra.rows import (
+    columns,
+    insert_fields,
+    instance,
+    json_rows,
+    quote,
+    select_rows,
+    table,
+)
 from jobtracking.models import (
     DeliveryState,
     ExtractionJob,
@@ -94,17 +103,11 @@ def deliver(delivery_id: int) -> str:
     return record_attempt(delivery, send(delivery))
 
 
-def record_attempt(
-    delivery: WebhookDelivery,
-    outcome: tuple[int | None, str, str],
-    held_until: datetime | None = None,
-) -> str:
-    """Record one attempt's outcome; returns the delivery's state afterwards. A failure is
-    retried on `RETRY_SCHEDULE`; `held_until` (the receiver's circuit is open) means it was not
-    this delivery's fault: it is not counted and waits for the circuit. Either way a delivery
-    still failing `RETRY_WINDOW` after its first failure is dead."""
+def _attempt_changes(
+    delivery: WebhookDelivery, outcome: tuple[int | None, str, str], held_until, now
+) -> dict[str, Any]:
+    """What one attempt's outcome changes (`record_attempt`)."""
     status, excerpt, error = outcome
-    now = timezone.now()
     first_failed_at = delivery.first_failed_at or now
     attempts = delivery.attempts + (held_until is None or is_delivered(status))
     changes: dict[str, Any] = {
@@ -123,11 +126,79 @@ def record_attempt(
         wait = RETRY_SCHEDULE[attempts - 1].total_seconds()
         changes["next_attempt_at"] = now + timedelta(seconds=wait * random.uniform(1.0, 1.2))
         changes["first_failed_at"] = first_failed_at
+    return changes
+
+
+def record_attempt(
+    delivery: WebhookDelivery,
+    outcome: tuple[int | None, str, str],
+    held_until: datetime | None = None,
+) -> str:
+    """Record one attempt's outcome; returns the delivery's state afterwards. A failure is
+    retried on `RETRY_SCHEDULE`; `held_until` (the receiver's circuit is open) means it was not
+    this delivery's fault: it is not counted and waits for the circuit. Either way a delivery
+    still failing `RETRY_WINDOW` after its first failure is dead."""
+    changes = _attempt_changes(delivery, outcome, held_until, timezone.now())
     # Compare-and-set on the attempt count: a duplicate sender's outcome is dropped.
     WebhookDelivery.objects.filter(
         pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
     ).update(**changes)
     return changes.get("state", DeliveryState.PENDING)
+
+
+RECORDED_FIELDS = (
+    "attempts",
+    "last_status_code",
+    "last_response_excerpt",
+    "last_error",
+    "state",
+    "delivered_at",
+    "next_attempt_at",
+    "first_failed_at",
+)
+
+
+def deliveries_record(attempts: list[tuple[WebhookDelivery, tuple, datetime | None]]) -> None:
+    """Record a lane round's outcomes (delivery, outcome, held_until), each as `record_attempt`
+    records one, with the same compare-and-set: on PostgreSQL in one statement, which costs the
+    lane's process a fraction of an ORM update each."""
+    if connection.vendor != "postgresql":
+        for delivery, outcome, held_until in attempts:
+            record_attempt(delivery, outcome, held_until)
+        return
+    now, recorded = timezone.now(), []
+    for delivery, outcome, held_until in attempts:
+        after = copy.copy(delivery)
+        for name, value in _attempt_changes(delivery, outcome, held_until, now).items():
+            setattr(after, name, value)
+        recorded.append(after)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _recorded_statement(),
+            [
+                json_rows(recorded, _recorded_fields()),
+                [delivery.pk for delivery, _outcome, _held in attempts],
+                [delivery.attempts for delivery, _outcome, _held in attempts],
+                DeliveryState.PENDING,
+            ],
+        )
+
+
+def _recorded_fields() -> tuple:
+    meta = WebhookDelivery._meta
+    return (meta.pk, *(meta.get_field(name) for name in RECORDED_FIELDS))
+
+
+@functools.cache
+def _recorded_statement() -> str:
+    fields = _recorded_fields()
+    sets = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields[1:])
+    return (
+        f"UPDATE {table(WebhookDelivery)} d SET {sets} "
+        f"FROM ({select_rows(WebhookDelivery, fields)}) v "
+        "JOIN unnest(%s::bigint[], %s::bigint[]) p(id, attempts) ON p.id = v.id "
+        "WHERE d.id = v.id AND d.state = %s AND d.attempts = p.attempts"
+    )
 
 
 def delivery_retry(*, queryset) -> int:

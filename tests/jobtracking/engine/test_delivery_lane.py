@@ -11,6 +11,7 @@ from werkzeug import Response
 
 from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import CircuitState, ReceiverHealth, WebhookDelivery
+from jobtracking.services.deliveries import deliveries_record, record_attempt
 from jobtracking.webhooks import RETRY_WINDOW
 from tests.factories import WebhookSubscriptionFactory
 from tests.jobtracking.test_webhooks import lane_round, make_job
@@ -127,3 +128,36 @@ def test_a_healthy_receiver_beside_a_down_one_gets_everything(receiver, httpserv
     assert deliveries_send_due(limit=100, lease=timedelta(seconds=30)) == 12
     assert WebhookDelivery.objects.filter(subscription=healthy, state="delivered").count() == 6
     assert not ReceiverHealth.objects.filter(pk=healthy.pk).exists()  # healthy: no write
+
+
+def test_a_rounds_outcomes_are_recorded_as_one_at_a_time_with_the_compare_and_set(receiver):
+    six_events()
+    one, two, three, stale = WebhookDelivery.objects.order_by("pk")[:4]
+    held = timezone.now() + timedelta(minutes=5)
+    WebhookDelivery.objects.filter(pk=stale.pk).update(attempts=1)  # another sender was first
+    deliveries_record(
+        [
+            (one, (204, "", ""), None),
+            (two, (500, "oops", ""), None),
+            (three, (None, "", "ConnectionError"), held),
+            (stale, (204, "", ""), None),
+        ]
+    )
+    rows = WebhookDelivery.objects.in_bulk([one.pk, two.pk, three.pk, stale.pk])
+    assert (rows[one.pk].state, rows[one.pk].attempts) == ("delivered", 1)
+    assert rows[one.pk].delivered_at is not None and rows[one.pk].next_attempt_at is None
+    assert (rows[two.pk].state, rows[two.pk].attempts, rows[two.pk].last_error) == (
+        "pending",
+        1,
+        "HTTP 500",
+    )
+    assert rows[two.pk].last_response_excerpt == "oops" and rows[two.pk].first_failed_at
+    # Held by the receiver's circuit: not counted, due when it may be called again.
+    assert (rows[three.pk].attempts, rows[three.pk].next_attempt_at) == (0, held)
+    assert rows[three.pk].last_error == "ConnectionError"
+    assert (rows[stale.pk].state, rows[stale.pk].attempts) == ("pending", 1)
+    # The same outcome recorded alone leaves the same row.
+    alone = WebhookDelivery.objects.get(pk=WebhookDelivery.objects.order_by("pk")[4].pk)
+    record_attempt(alone, (204, "", ""))
+    alone.refresh_from_db()
+    assert (alone.state, alone.attempts, alone.last_error) == ("delivered", 1, "")
