@@ -8,9 +8,11 @@ import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
+import certifi
 import requests
+import urllib3
 from django.conf import settings
 
 ALLOWED_SCHEMES = ("http", "https")
@@ -209,38 +211,66 @@ class PinnedAdapter(requests.adapters.HTTPAdapter):
         )
 
 
-# Kept-alive sessions by (scheme, approved address), so that many POSTs to one receiver reuse
-# their connections; the oldest is closed past `MAX_SESSIONS`.
-MAX_SESSIONS = 64
-_sessions: OrderedDict[tuple[str, str | None], requests.Session] = OrderedDict()
-_sessions_lock = threading.Lock()
+# Kept-alive connection pools by (scheme, host, port, approved address), so that many POSTs to
+# one receiver reuse their connections; the oldest is closed past `MAX_POOLS`. urllib3 itself:
+# `requests`' layers above it cost a POST as much CPU again, and a webhook lane sends thousands.
+MAX_POOLS = 64
+_pools: OrderedDict[tuple, urllib3.HTTPConnectionPool] = OrderedDict()
+_pools_lock = threading.Lock()
 
 
-def _session(scheme: str, address: str | None) -> requests.Session:
-    with _sessions_lock:
-        session = _sessions.get((scheme, address))
-        if session is None:
-            session = _sessions[scheme, address] = requests.Session()
-            session.trust_env = False  # proxies from the environment would connect elsewhere
-            if address:
-                pool = settings.WEBHOOK_CONCURRENCY
-                session.mount(f"{scheme}://", PinnedAdapter(address, pool_size=pool))
-            if len(_sessions) > MAX_SESSIONS:
-                _sessions.popitem(last=False)[1].close()
-        _sessions.move_to_end((scheme, address))
-        return session
+def _pool(scheme: str, host: str, port: int, address: str | None) -> urllib3.HTTPConnectionPool:
+    """A pool connecting to `address` (the host's name when None: a host the settings allow by
+    name); TLS keeps the name for SNI and the certificate check."""
+    with _pools_lock:
+        key = (scheme, host, port, address)
+        pool = _pools.get(key)
+        if pool is None:
+            options = {"maxsize": settings.WEBHOOK_CONCURRENCY, "retries": False}
+            if scheme == "https":
+                pool = urllib3.HTTPSConnectionPool(
+                    address or host,
+                    port,
+                    server_hostname=host,
+                    assert_hostname=host,
+                    cert_reqs="CERT_REQUIRED",
+                    ca_certs=certifi.where(),
+                    **options,
+                )
+            else:
+                pool = urllib3.HTTPConnectionPool(address or host, port, **options)
+            _pools[key] = pool
+            if len(_pools) > MAX_POOLS:
+                _pools.popitem(last=False)[1].close()
+        _pools.move_to_end(key)
+        return pool
 
 
 @contextlib.contextmanager
-def post_checked(url: str, **kwargs) -> Iterator[requests.Response]:
+def post_checked(
+    url: str, *, body: bytes, headers: dict[str, str], timeout: tuple[float, float]
+) -> Iterator[urllib3.BaseHTTPResponse]:
     """POST to a client-given URL: checked by the guard, then sent to the address it approved.
-    Proxies from the environment are ignored (they would connect elsewhere); redirects are not
-    followed."""
+    No proxy, no redirect followed, no retry. The response's body is the caller's to read; its
+    connection is kept for the next POST only if the body was read to its end (a receiver
+    streaming without end cannot hold the lane)."""
     addresses = check_public_url(url)
-    headers = dict(kwargs.pop("headers", {}))
     parts = urlsplit(url)
-    if addresses:
-        headers["Host"] = parts.netloc
-    session = _session(parts.scheme, addresses[0] if addresses else None)
-    with session.post(url, headers=headers, allow_redirects=False, **kwargs) as response:
+    pool = _pool(parts.scheme, parts.hostname, _port(parts), addresses[0] if addresses else None)
+    path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    response = pool.urlopen(
+        "POST",
+        path,
+        body=body,
+        headers={**headers, "Host": parts.netloc},
+        timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+        redirect=False,
+        preload_content=False,
+    )
+    try:
         yield response
+    finally:
+        if response.length_remaining == 0 or response.closed:
+            response.release_conn()
+        else:
+            response.close()

@@ -13,7 +13,7 @@ import json
 import time
 from datetime import timedelta
 
-import requests
+import urllib3
 from django.conf import settings
 from django.utils import timezone
 
@@ -79,10 +79,10 @@ def delivery_body(event: JobEvent) -> bytes:
     return _message(event.type, event.created_at, event.payload)
 
 
-def _excerpt(response: requests.Response) -> str:
+def _excerpt(response: urllib3.BaseHTTPResponse) -> str:
     try:
-        chunk = next(response.iter_content(EXCERPT_BYTES), b"")
-    except requests.RequestException:
+        chunk = response.read(EXCERPT_BYTES)
+    except urllib3.exceptions.HTTPError:
         chunk = b""
     return chunk[:EXCERPT_BYTES].decode("utf-8", "replace")
 
@@ -107,15 +107,14 @@ def post_signed(
     try:
         with post_checked(
             subscription.url,
-            data=body,
+            body=body,
             headers=headers,
             timeout=(settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT),
-            stream=True,
         ) as response:
-            status, excerpt = response.status_code, _excerpt(response)
+            status, excerpt = response.status, _excerpt(response)
     except UnsafeURLError as unsafe:
         error = unsafe.message
-    except requests.RequestException as failure:
+    except (urllib3.exceptions.HTTPError, OSError) as failure:
         error = f"{type(failure).__name__}"
     return status, excerpt, error
 

@@ -151,7 +151,7 @@ def test_a_slow_receiver_times_out_and_is_retried(subscription, httpserver):
     httpserver.expect_request("/hooks").respond_with_handler(slow)
     make_job()
     assert deliver(WebhookDelivery.objects.get().pk) == "pending"
-    assert WebhookDelivery.objects.get().last_error == "ReadTimeout"
+    assert WebhookDelivery.objects.get().last_error == "ReadTimeoutError"
 
 
 def test_redirects_are_not_followed(subscription, httpserver):
@@ -325,3 +325,11 @@ def test_staff_without_view_all_manage_only_their_own_subscriptions(client):
     )
     form = client.get(f"/admin/jobtracking/webhooksubscription/{mine.pk}/change/").content.decode()
     assert 'name="all_jobs"' not in form  # read-only: they cannot widen it
+
+
+def test_a_long_answer_is_kept_as_an_excerpt_and_its_connection_dropped(subscription, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data("x" * 200_000)
+    make_job()
+    deliver(WebhookDelivery.objects.get().pk)
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.state == "delivered" and delivery.last_response_excerpt == "x" * 1024

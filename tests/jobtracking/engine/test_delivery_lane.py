@@ -63,7 +63,7 @@ def test_a_receiver_down_opens_its_circuit_and_costs_no_attempt(request, httpser
     six_events()
     assert lane_round() == 6
     circuit = health(receiver)
-    assert circuit.last_error == ("HTTP 503" if answer == "503" else "ReadTimeout")
+    assert circuit.last_error == ("HTTP 503" if answer == "503" else "ReadTimeoutError")
     assert circuit.state == CircuitState.OPEN
     for delivery in WebhookDelivery.objects.all():
         assert (delivery.state, delivery.attempts) == ("pending", 0)
