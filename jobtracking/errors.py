@@ -21,6 +21,13 @@ class JobNotFoundError(ApplicationError):
     http_status = 404
 
 
+class ResultNotReadyError(ApplicationError):
+    """The job exists but has no result (yet): `job_status` says where it is."""
+
+    code = "result_not_ready"
+    http_status = 409
+
+
 class InvalidTransitionError(ApplicationError):
     """The transition table does not allow this move from the job's current status."""
 

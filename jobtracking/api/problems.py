@@ -34,6 +34,11 @@ PROBLEMS = {
     "job_not_found": (404, "No such job, or not one this client may see."),
     "method_not_allowed": (405, "This endpoint does not accept that HTTP method; see `Allow`."),
     "not_acceptable": (406, "No representation matches the Accept header; ask for JSON."),
+    "result_not_ready": (
+        409,
+        "The job has no result: it has not succeeded (yet). `job_status` says where it is; "
+        "wait for `job.succeeded` or poll the job.",
+    ),
     "invalid_transition": (
         409,
         "The job's status does not allow this action (for example cancelling a finished job). "

@@ -3,7 +3,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -50,7 +50,7 @@ from jobtracking.api.serializers import (
     create_checker,
     request_fingerprint,
 )
-from jobtracking.errors import JobValidationError
+from jobtracking.errors import JobNotFoundError, JobValidationError, ResultNotReadyError
 from jobtracking.infra.filetypes import HEAD_BYTES, content_matches
 from jobtracking.infra.metrics import render as render_metrics
 from jobtracking.models import (
@@ -128,6 +128,16 @@ class ExtractionJobViewSet(
         if getattr(self, "swagger_fake_view", False):
             return ExtractionJob.objects.none()
         return job_list(user=self.request.user)
+
+    def get_object(self) -> ExtractionJob:
+        """The job, or `job_not_found` (a job that does not exist and one the caller may not
+        see answer alike)."""
+        try:
+            return super().get_object()
+        except Http404:
+            raise JobNotFoundError(
+                f"No job {self.kwargs.get('pk')}, or not one this client may see."
+            ) from None
 
     def get_actionable_object(self) -> ExtractionJob:
         """The job, if the caller may also act on it (see `job_may_act`)."""
@@ -263,9 +273,11 @@ class ExtractionJobViewSet(
                 raise JobValidationError({"attempt": "Must be a positive integer."})
             results = results.filter(attempt=int(attempt))
         found = results.first()
+        if found is None and attempt:
+            raise NotFound(f"This job has no result for attempt {attempt}.")
         if found is None:
-            raise NotFound(
-                "This job has no result" + (f" for attempt {attempt}." if attempt else ".")
+            raise ResultNotReadyError(
+                f"The job has no result: it is {job.status_id}.", job_status=job.status_id
             )
         return Response(ExtractionResultSerializer(found).data)
 

@@ -1,3 +1,4 @@
+import uuid
 from datetime import timedelta
 from urllib.parse import quote
 
@@ -105,7 +106,14 @@ def test_superuser_sees_everything(jobs):
 
 
 def test_another_clients_job_is_not_found(other_api, jobs):
-    assert_problem(other_api.get(f"{URL}{jobs['pending'].pk}/"), 404, "not_found")
+    assert_problem(other_api.get(f"{URL}{jobs['pending'].pk}/"), 404, "job_not_found")
+
+
+def test_another_clients_job_and_no_job_at_all_answer_alike(other_api, jobs):
+    theirs = other_api.get(f"{URL}{jobs['pending'].pk}/result/").json()
+    missing = other_api.get(f"{URL}{uuid.uuid4()}/result/").json()
+    assert theirs["code"] == missing["code"] == "job_not_found"
+    assert str(jobs["pending"].pk) not in str(missing)
 
 
 def test_retrieve_returns_durations_and_error(api, jobs):
@@ -215,8 +223,10 @@ def test_result_returns_the_latest_attempt_or_the_one_asked(api, owner):
     assert_problem(api.get(f"{URL}{job.pk}/result/?attempt=x"), 400, "validation_error")
 
 
-def test_result_of_a_job_without_one_is_404(api, jobs):
-    assert_problem(api.get(f"{URL}{jobs['pending'].pk}/result/"), 404, "not_found")
+def test_result_of_a_job_without_one_yet_is_409_with_its_status(api, jobs):
+    problem = assert_problem(api.get(f"{URL}{jobs['pending'].pk}/result/"), 409, "result_not_ready")
+    assert problem["job_status"] == "pending"
+    assert problem["type"] == "/api/problems/result_not_ready"
 
 
 def test_cancel_records_the_client_and_reason(api, owner, jobs):
