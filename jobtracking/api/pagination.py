@@ -19,6 +19,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, Q, QuerySet
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
@@ -101,10 +102,14 @@ class KeysetCursorPagination(BasePagination):
         return keys
 
     def get_page_size(self, request) -> int:
-        raw = request.query_params.get(self.page_size_query_param, "")
-        if raw.isascii() and raw.isdigit() and int(raw) > 0:
-            return min(int(raw), self.max_page_size)
-        return self.page_size
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= self.max_page_size:
+            return int(raw)
+        raise ValidationError(
+            {self.page_size_query_param: [f"Must be an integer from 1 to {self.max_page_size}."]}
+        )
 
     def decode_cursor(self, request) -> Cursor | None:
         encoded = request.query_params.get(self.cursor_query_param)

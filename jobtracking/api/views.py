@@ -33,6 +33,7 @@ from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
+from jobtracking.api.query import StrictQueryParameters
 from jobtracking.api.serializers import (
     BulkCreateSerializer,
     BulkResultSerializer,
@@ -99,7 +100,10 @@ def api_actor(request) -> Actor:
 @jobs_docs
 @extend_schema(tags=["jobs"])
 class ExtractionJobViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+    StrictQueryParameters,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
 ):
     """Extraction jobs: one request to one extractor for one file."""
 
@@ -110,6 +114,7 @@ class ExtractionJobViewSet(
     filter_backends = [DjangoFilterBackend, OrderingFilter]
     ordering_fields = ["created_at", "updated_at"]
     pagination_class = JobCursorPagination
+    query_parameters = {"result": {"attempt"}}
     parser_classes = [SafeJSONParser, MultiPartParser, FormParser]
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
@@ -343,7 +348,7 @@ def too_large() -> Response:
 
 @extractors_docs
 @extend_schema(tags=["extractors"])
-class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
+class ExtractorViewSet(StrictQueryParameters, viewsets.ReadOnlyModelViewSet):
     """Configured extractors (reference data; keys are never shown)."""
 
     queryset = Extractor.objects.select_related("health").order_by("slug")
@@ -360,7 +365,7 @@ class ExtractorViewSet(viewsets.ReadOnlyModelViewSet):
 
 @statuses_docs
 @extend_schema(tags=["statuses"])
-class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
+class JobStatusViewSet(StrictQueryParameters, viewsets.ReadOnlyModelViewSet):
     """The lifecycle's statuses (reference data)."""
 
     queryset = JobStatus.objects.order_by("position")
@@ -373,7 +378,7 @@ class JobStatusViewSet(viewsets.ReadOnlyModelViewSet):
 
 @events_docs
 @extend_schema(tags=["events"])
-class JobEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class JobEventViewSet(StrictQueryParameters, mixins.ListModelMixin, viewsets.GenericViewSet):
     """The event feed (transactional outbox), oldest first. Page with `after=<last id seen>` or
     the `next` cursor. Events appear once they are a second old, so ids never arrive out of
     order."""
@@ -391,9 +396,11 @@ class JobEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         return event_list(user=self.request.user, settle=settle)
 
 
-class StatsView(APIView):
+class StatsView(StrictQueryParameters, APIView):
     """Counts by status and extractor, success rate and turnaround percentiles over a window
     (jobs the caller may see)."""
+
+    query_parameters = {"window_hours"}
 
     permission_classes = [ActionPermission]
     action_permissions = {"GET": "jobtracking.view_extractionjob"}

@@ -179,12 +179,36 @@ def test_list_orders_by_an_allowed_field_only(api, owner, extractor):
     ExtractionJobFactory.create_batch(3, requested_by=owner, extractor=extractor)
     oldest_first = api.get(URL + "?ordering=created_at").json()["results"]
     assert [j["created_at"] for j in oldest_first] == sorted(j["created_at"] for j in oldest_first)
-    assert api.get(URL + "?ordering=file_sha256").status_code == 200  # ignored, not an error
+    problem = assert_problem(api.get(URL + "?ordering=status"), 400, "validation_error")
+    assert problem["errors"]["ordering"][0].startswith("Cannot order by 'status': use created_at")
 
 
-def test_list_page_size_is_capped(api, owner, extractor):
-    ExtractionJobFactory.create_batch(3, requested_by=owner, extractor=extractor)
-    assert len(api.get(URL + "?page_size=100000").json()["results"]) == 3
+@pytest.mark.parametrize("size", ["-5", "0", "x", "100000"])
+def test_list_refuses_a_page_size_it_would_not_honour(api, size):
+    problem = assert_problem(api.get(f"{URL}?page_size={size}"), 400, "validation_error")
+    assert problem["errors"]["page_size"] == ["Must be an integer from 1 to 500."]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [URL, f"{URL}?status=failed", "/api/v1/events/", "/api/v1/extractors/", "/api/v1/stats/"],
+)
+def test_unknown_query_parameters_are_refused_by_name(api, path):
+    joiner = "&" if "?" in path else "?"
+    problem = assert_problem(api.get(f"{path}{joiner}colour=red"), 400, "validation_error")
+    assert list(problem["errors"]) == ["colour"]
+    assert problem["errors"]["colour"][0].startswith("Unknown query parameter.")
+
+
+def test_each_endpoint_takes_the_parameters_it_reads(api, owner, jobs):
+    job = jobs["pending"]
+    for path in (
+        f"{URL}?status=failed&extractor=x&ordering=-created_at&page_size=5&search=f",
+        "/api/v1/events/?after=0&type=job.created&page_size=5",
+        "/api/v1/stats/?window_hours=24",
+        f"{URL}{job.pk}/result/?attempt=1",
+    ):
+        assert api.get(path).status_code != 400, path
 
 
 def test_list_query_count_does_not_grow_with_the_page(
