@@ -566,6 +566,11 @@ class BulkCreateSerializer(StrictSerializer):
         min_length=1,
         max_length=settings.JOBS_BULK_MAX,
         help_text="Job objects as for a single JSON create (source_url only).",
+        # DRF's own read "Ensure this field has at least 1 elements."
+        error_messages={
+            "min_length": "Give at least one job.",
+            "max_length": "Give at most {max_length} jobs a request; send the rest in another.",
+        },
     )
 
 

@@ -209,8 +209,17 @@ def test_bulk_create_refuses_more_than_the_limit(api, extractor):
     problem = assert_problem(
         api.post(URL + "bulk/", {"jobs": items}, format="json"), 400, "validation_error"
     )
-    assert "jobs" in problem["errors"]
+    assert problem["errors"]["jobs"] == [
+        "Give at most 500 jobs a request; send the rest in another."
+    ]
     assert not ExtractionJob.objects.exists()
+
+
+def test_an_empty_bulk_create_is_refused_in_plain_english(api):
+    problem = assert_problem(
+        api.post(URL + "bulk/", {"jobs": []}, format="json"), 400, "validation_error"
+    )
+    assert problem["errors"]["jobs"] == ["Give at least one job."]
 
 
 @pytest.mark.parametrize(
