@@ -3,6 +3,7 @@
 names the host or network (tests and local demos need loopback)."""
 
 import contextlib
+import functools
 import ipaddress
 import socket
 import threading
@@ -30,18 +31,28 @@ def _port(parts: SplitResult) -> int:
     return parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def _allowed_origins() -> set[tuple[str, str, int]]:
+def _allowed_origins() -> frozenset[tuple[str, str, int]]:
     """`OUTBOUND_ALLOWED_ORIGINS` as (scheme, host, port): one service on a non-public address
     (the demo's sandbox), without the rest of its host or network."""
-    origins = set()
-    for text in settings.OUTBOUND_ALLOWED_ORIGINS:
-        parts = urlsplit(text)
-        origins.add((parts.scheme, (parts.hostname or "").lower(), _port(parts)))
-    return origins
+    return _parsed_origins(tuple(settings.OUTBOUND_ALLOWED_ORIGINS))
 
 
-def _allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [ipaddress.ip_network(net, strict=False) for net in settings.OUTBOUND_ALLOWED_NETWORKS]
+# Parsed once per value of the setting (every webhook POST and source URL asks), not per call.
+@functools.lru_cache(maxsize=8)
+def _parsed_origins(texts: tuple[str, ...]) -> frozenset[tuple[str, str, int]]:
+    return frozenset(
+        (parts.scheme, (parts.hostname or "").lower(), _port(parts))
+        for parts in map(urlsplit, texts)
+    )
+
+
+def _allowed_networks() -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return _parsed_networks(tuple(settings.OUTBOUND_ALLOWED_NETWORKS))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_networks(texts: tuple[str, ...]) -> tuple:
+    return tuple(ipaddress.ip_network(net, strict=False) for net in texts)
 
 
 def check_public_url(url: str, *, approved_hosts: dict | None = None) -> list[str] | None:
