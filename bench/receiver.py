@@ -2,78 +2,81 @@
 
 `ok` answers every POST with 204 at once. `hang` reads the request and never answers: the
 connection stays open until the sender gives up and closes it. In both modes `GET /_stats`
-answers `{"requests": POSTs received, "open": connections held open now}`.
+answers `{"requests": POSTs received, "open": connections held open now, "cpu_s": this process's
+CPU seconds}`.
 
 A process of its own, like `bench.files`: in the bench's process it would compete for the GIL
-with the loop that creates the jobs.
+with the loop that creates the jobs. It is one asyncio loop that reads just the request line,
+`Content-Length` and the body: in production the receiver runs on another machine, and a
+thread per connection with `http.server`'s header parsing cost this two-core machine about as much
+CPU per delivery as the sender, which the webhook rows would have charged to the service.
 """
 
 import argparse
+import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+
+STATS = {"requests": 0, "open": 0}
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
 
 
-class Counters:
-    lock = threading.Lock()
-    requests = 0
-    open = 0
+async def read_request(reader: asyncio.StreamReader) -> bytes | None:
+    """The request's line (the body is read and dropped); None once the sender has closed."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    line, _, headers = head.partition(b"\r\n")
+    length = 0
+    for header in headers.split(b"\r\n"):
+        name, _, value = header.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    if length:
+        await reader.readexactly(length)
+    return line
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as a real receiver would allow
-    disable_nagle_algorithm = True
-    mode = "ok"
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with Counters.lock:
-            Counters.requests += 1
-        if self.mode == "hang":
-            self.hang()
-            return
-        self.send_response(204)
-        self.end_headers()
-
-    def hang(self) -> None:
-        with Counters.lock:
-            Counters.open += 1
-        try:
-            while self.connection.recv(1 << 16):  # until the sender closes its end
-                pass
-        except OSError:
-            pass
-        finally:
-            with Counters.lock:
-                Counters.open -= 1
-            self.close_connection = True
-
-    def do_GET(self) -> None:
-        with Counters.lock:
-            body = json.dumps({"requests": Counters.requests, "open": Counters.open}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
+async def serve(mode: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while (line := await read_request(reader)) is not None:
+            if line.startswith(b"GET"):
+                body = json.dumps(STATS | {"cpu_s": time.process_time()}).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+                )
+                break
+            STATS["requests"] += 1
+            if mode == "hang":
+                STATS["open"] += 1
+                try:
+                    while await reader.read(1 << 16):  # until the sender closes its end
+                        pass
+                finally:
+                    STATS["open"] -= 1
+                break
+            writer.write(NO_CONTENT)  # keep-alive, as a real receiver would allow
+        await writer.drain()
+    except ConnectionError:
         pass
+    finally:
+        writer.close()
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # every worker may connect at once
+async def main(mode: str, port: int) -> None:
+    # A backlog for every worker connecting at once.
+    server = await asyncio.start_server(
+        lambda r, w: serve(mode, r, w), "127.0.0.1", port, backlog=128
+    )
+    async with server:
+        await server.serve_forever()
 
 
-def main() -> None:
+if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("ok", "hang"), default="ok")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    Handler.mode = args.mode
-    Server(("127.0.0.1", args.port), Handler).serve_forever()
-
-
-if __name__ == "__main__":
-    main()
+    asyncio.run(main(args.mode, args.port))

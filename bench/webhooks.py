@@ -62,7 +62,7 @@ def received(url: str) -> dict:
     try:
         return requests.get(f"{url}/_stats", timeout=5).json()
     except requests.RequestException:
-        return {"requests": -1, "open": -1}
+        return {"requests": -1, "open": -1, "cpu_s": 0.0}
 
 
 def deliveries(subscription) -> dict:
@@ -190,6 +190,7 @@ def report(run: dict, round_: int) -> None:
         f"/s), {made['pending']:,} pending, {made['dead']:,} dead at its end; oldest pending "
         f"{made['lag_s']:.1f} s old; the receiver got {got['requests']:,} requests"
         + (f", {got['open']:,} held open" if run["mode"] == "hang" else "")
+        + f" and spent {1000 * got['cpu_s'] / max(got['requests'], 1):.2f} ms of CPU a request"
     )
     if "drained" in run:
         drained = run["drained"]
