@@ -31,6 +31,8 @@ STATUSES: tuple[tuple[str, str, bool, str], ...] = (
 ALL = frozenset(code for code, *_ in STATUSES)
 TERMINAL = frozenset(code for code, _, terminal, _ in STATUSES if terminal)
 ACTIVE = ALL - TERMINAL
+# Ends that the extractor reports only about a job it worked on (its cancel may come before).
+WORKED_ENDS = frozenset({SUCCEEDED, FAILED})
 
 EVENT_CREATED = "job.created"
 EVENT_REQUEUED = "job.requeued"

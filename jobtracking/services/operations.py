@@ -34,6 +34,8 @@ def _reset_for_new_attempt(job: ExtractionJob) -> None:
     job.remote_expires_at = job.lease_expires_at = job.claimed_at = None
     job.error_code = job.error_message = ""
     job.submitted_at = job.started_at = job.completed_at = None
+    # The new attempt's turnaround counts from here, not from the job's creation.
+    job.requeued_at = now
     job.deadline_at = now + job.extractor.max_duration
     job.due_at = now
 
@@ -46,10 +48,10 @@ def job_requeue(
     force: bool = False,
     priority: Priority | None = None,
 ) -> ExtractionJob:
-    """Send a terminal job back to `pending` as a new attempt (attempt + 1, counters and
-    external ids reset, a fresh deadline), due at once, at `priority` if given. A `succeeded`
-    job needs `force`. Earlier attempts' history and results stay. Refused while another active
-    job exists for the same file."""
+    """Send a terminal job back to `pending` as a new attempt (attempt + 1, counters, times and
+    external ids reset, `requeued_at` now, a fresh deadline), due at once, at `priority` if
+    given. A `succeeded` job needs `force`. Earlier attempts' history and results stay. Refused
+    while another active job exists for the same file."""
 
     def prepare(job: ExtractionJob) -> None:
         if not job.extractor.enabled:
