@@ -71,5 +71,11 @@ def is_allowed(from_status: str | None, to_status: str, *, force: bool = False) 
     return force or (from_status, to_status) not in NEEDS_FORCE
 
 
+def requeue_allowed(from_status: str, *, force: bool = False) -> bool:
+    """A requeue starts a new attempt of a job that ended. (submitting → pending is in the table
+    too, but as the hand-back of an expired lease, within the same attempt.)"""
+    return from_status in TERMINAL and is_allowed(from_status, PENDING, force=force)
+
+
 def event_type(from_status: str | None, to_status: str) -> str | None:
     return TRANSITIONS[(from_status, to_status)]

@@ -12,7 +12,7 @@ from extraction.errors import ErrorCode
 from jobtracking import states
 from jobtracking.engine.queue import enqueue_cancel_at_extractor
 from jobtracking.engine.wakeup import notify_due
-from jobtracking.errors import ExtractorDisabledError, JobMovedOnError
+from jobtracking.errors import ExtractorDisabledError, InvalidTransitionError, JobMovedOnError
 from jobtracking.models import ExtractionJob, Priority
 from jobtracking.representation import moment
 from jobtracking.services.transitions import (
@@ -54,6 +54,11 @@ def job_requeue(
     while another active job exists for the same file."""
 
     def prepare(job: ExtractionJob) -> None:
+        if not states.requeue_allowed(job.status_id, force=True):
+            raise InvalidTransitionError(
+                f"Job {job.id} is {job.status_id}: only a job that ended can be requeued.",
+                current_status=job.status_id,
+            )
         if not job.extractor.enabled:
             raise ExtractorDisabledError(f"Extractor {job.extractor.slug} is disabled.")
         _reset_for_new_attempt(job)
