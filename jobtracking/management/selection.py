@@ -223,7 +223,7 @@ class Applicable:
 
 
 def _skips(skipped: Counter[str]) -> str:
-    """ "2 skipped (1 succeeded needs --force; 1 moved on meanwhile)", or "0 skipped"."""
+    """The skips by reason: `2 skipped (1 succeeded needs --force; 1 moved on meanwhile)`."""
     parts = "; ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()) if n)
     return f"{skipped.total()} skipped" + (f" ({parts})" if parts else "")
 
