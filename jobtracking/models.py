@@ -21,6 +21,13 @@ SHORT_ID = Right(Cast("id", models.CharField()), 12)
 # Who asked for a job, as the dispatcher's fair share sees it: jobs created by the system (no
 # user) share one queue, user 0.
 REQUESTER_KEY = Coalesce("requested_by", models.Value(0), output_field=models.BigIntegerField())
+# When a job's current attempt began: its creation, or its latest requeue. Turnaround and waiting
+# time count from here, so a requeued job's do not include the time it spent ended (the same rule
+# as `ExtractionJob.attempt_started_at`, for queries).
+ATTEMPT_STARTED_AT = Coalesce("requeued_at", "created_at")
+TURNAROUND = models.ExpressionWrapper(
+    models.F("completed_at") - ATTEMPT_STARTED_AT, output_field=models.DurationField()
+)
 
 
 class JobStatus(models.Model):
@@ -128,6 +135,8 @@ class ExtractionJob(models.Model):
     error_message = models.TextField(blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
+    # The current attempt's start when it is a requeue; empty on the first attempt.
+    requeued_at = models.DateTimeField(null=True, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -210,6 +219,17 @@ class ExtractionJob(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status_id in states.TERMINAL
+
+    @property
+    def attempt_started_at(self):
+        """When the current attempt began (`ATTEMPT_STARTED_AT` in a query)."""
+        return self.requeued_at or self.created_at
+
+    @property
+    def turnaround(self):
+        """From the current attempt's start to its end (`TURNAROUND` in a query); None while the
+        job is active."""
+        return self.completed_at - self.attempt_started_at if self.completed_at else None
 
 
 class AppendOnlyError(Exception):

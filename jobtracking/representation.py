@@ -103,10 +103,12 @@ class JobRepresentation:
 
     @staticmethod
     def durations(job: ExtractionJob) -> dict[str, float | None]:
+        """The current attempt's times: a requeued job's count from its requeue."""
+        turnaround = job.turnaround
         return {
-            "waiting_seconds": _seconds(job.created_at, job.submitted_at),
+            "waiting_seconds": _seconds(job.attempt_started_at, job.submitted_at),
             "processing_seconds": _seconds(job.submitted_at, job.completed_at),
-            "turnaround_seconds": _seconds(job.created_at, job.completed_at),
+            "turnaround_seconds": turnaround.total_seconds() if turnaround is not None else None,
         }
 
     def links(self, pk: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ from jobtracking import states
 from jobtracking.models import (
     ACTIVE_STATUS,
     SHORT_ID,
+    TURNAROUND,
     ExtractionJob,
     JobEvent,
     Priority,
@@ -125,28 +126,29 @@ PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
 def _turnaround_percentiles(completed: QuerySet[ExtractionJob]) -> dict[str, float | None]:
+    """Over the turnarounds (`TURNAROUND`: each job's current attempt) of the succeeded jobs."""
     succeeded = completed.filter(status=states.SUCCEEDED).order_by()
     if connection.vendor != "postgresql":
         return _percentiles_in_python(succeeded)
-    sql, params = succeeded.values("pk").query.sql_with_params()
+    sql, params = _turnarounds(succeeded).query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT percentile_cont(%s) WITHIN GROUP "
-            "(ORDER BY EXTRACT(EPOCH FROM j.completed_at - j.created_at)) "
-            f"FROM {ExtractionJob._meta.db_table} j WHERE j.id IN ({sql})",
+            "SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM t.turnaround)) "
+            f"FROM ({sql}) t(turnaround)",
             [list(PERCENTILES.values()), *params],
         )
         (values,) = cursor.fetchone()
     return dict(zip(PERCENTILES, values or [None] * len(PERCENTILES), strict=True))
 
 
+def _turnarounds(jobs: QuerySet[ExtractionJob]) -> QuerySet:
+    return jobs.values_list(TURNAROUND, flat=True)
+
+
 def _percentiles_in_python(succeeded: QuerySet[ExtractionJob]) -> dict[str, float | None]:
     """SQLite (the `make run` default) has no percentile_cont: the same linear interpolation
     over the window's turnarounds, read into memory (a development database is small)."""
-    spans = sorted(
-        (done - created).total_seconds()
-        for created, done in succeeded.values_list("created_at", "completed_at")
-    )
+    spans = sorted(span.total_seconds() for span in _turnarounds(succeeded))
     if not spans:
         return dict.fromkeys(PERCENTILES)
     result = {}

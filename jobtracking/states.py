@@ -31,6 +31,8 @@ STATUSES: tuple[tuple[str, str, bool, str], ...] = (
 ALL = frozenset(code for code, *_ in STATUSES)
 TERMINAL = frozenset(code for code, _, terminal, _ in STATUSES if terminal)
 ACTIVE = ALL - TERMINAL
+# Ends that the extractor reports only about a job it worked on (its cancel may come before).
+WORKED_ENDS = frozenset({SUCCEEDED, FAILED})
 
 EVENT_CREATED = "job.created"
 EVENT_REQUEUED = "job.requeued"
@@ -67,6 +69,12 @@ def is_allowed(from_status: str | None, to_status: str, *, force: bool = False) 
     if (from_status, to_status) not in TRANSITIONS:
         return False
     return force or (from_status, to_status) not in NEEDS_FORCE
+
+
+def requeue_allowed(from_status: str, *, force: bool = False) -> bool:
+    """A requeue starts a new attempt of a job that ended. (submitting → pending is in the table
+    too, but as the hand-back of an expired lease, within the same attempt.)"""
+    return from_status in TERMINAL and is_allowed(from_status, PENDING, force=force)
 
 
 def event_type(from_status: str | None, to_status: str) -> str | None:

@@ -31,7 +31,7 @@ def summary(job: ExtractionJob, now: datetime) -> list[tuple[str, Any]]:
         ("Attempt", job.attempt),
         ("Priority", Priority(job.priority).label),
         ("Created", f"{moment(job.created_at)} ({ago(job.created_at, now)})"),
-        ("Turnaround" if job.completed_at else "Running for", span(end - job.created_at)),
+        ("Turnaround" if job.completed_at else "Running for", span(end - job.attempt_started_at)),
         ("Extractor", job.extractor.slug),
         ("External id", job.external_job_id or "—"),
     ]

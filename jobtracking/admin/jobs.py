@@ -1,13 +1,11 @@
 """The jobs list: filters, index-backed search (short id included), bulk actions and CSV."""
 
-import csv
 from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.core.exceptions import PermissionDenied
-from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -23,35 +21,13 @@ from jobtracking.admin.common import (
     span,
     status_badge,
 )
+from jobtracking.admin.export import jobs_csv_response
 from jobtracking.admin.job_page import JobPageViews
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.errors import ApplicationError
 from jobtracking.models import ExtractionJob, JobEvent, Priority
 from jobtracking.selectors import job_list, job_may_act, job_search
 from jobtracking.services import job_cancel, job_requeue, jobs_set_priority
-
-# A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_safe(value):
-    """Text that a spreadsheet would run as a formula gets a leading quote; other values pass."""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
-
-
-CSV_COLUMNS = [
-    "id",
-    "status_id",
-    "extractor__slug",
-    "file_id",
-    "file_name",
-    "attempt",
-    "error_code",
-    "created_at",
-    "completed_at",
-]
 
 
 class EventInline(ReadOnlyInline):
@@ -240,7 +216,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
 
     @admin.display(description="turnaround")
     def turnaround(self, job: ExtractionJob) -> str:
-        return span(job.completed_at - job.created_at) if job.completed_at else "—"
+        return span(job.turnaround)
 
     @admin.display(description="error", ordering="error_code")
     def error(self, job: ExtractionJob):
@@ -323,19 +299,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
 
     @admin.action(description="Export selected (or all filtered) jobs as CSV", permissions=["view"])
     def export_csv(self, request, queryset):
-        class Echo:
-            def write(self, value):
-                return value
-
-        writer = csv.writer(Echo())
-        rows = queryset.order_by("-created_at").values_list(*CSV_COLUMNS).iterator(chunk_size=2000)
-        lines = (writer.writerow([csv_safe(value) for value in row]) for row in rows)
-        header = writer.writerow([c.replace("__", "_") for c in CSV_COLUMNS])
-        response = StreamingHttpResponse(
-            (line for chunk in ([header], lines) for line in chunk), content_type="text/csv"
-        )
-        response["Content-Disposition"] = 'attachment; filename="extraction-jobs.csv"'
-        return response
+        return jobs_csv_response(queryset)
 
     def changelist_view(self, request, extra_context=None):
         # "Export" with nothing ticked exports the whole filtered list.

@@ -29,6 +29,12 @@ from jobtracking.errors import (
     JobValidationError,
 )
 from jobtracking.events import job_event_payload
+from jobtracking.infra.files import (
+    DigestingFile,
+    file_name_from_url,
+    readable_file_name,
+    stored_sha256,
+)
 from jobtracking.infra.rows import (
     columns,
     insert_fields,
@@ -119,16 +125,25 @@ def upload_storage_name(client_name: str) -> str:
 
 
 @contextlib.contextmanager
-def _uploads_stored(uploads: list[tuple[ExtractionJob, File]]):
+def _uploads_stored(uploads: list[tuple[int, ExtractionJob, File]]):
     """Saves each job's upload under a generated name (`file_name` keeps the client's, which may
-    be longer than a file system allows), and deletes them again unless the block completes. A
+    be longer than a file system allows), taking its SHA-256 as it is written, and deletes them
+    again unless the block completes. Yields the refusals, by item index, of uploads whose
+    digest is not the one their client declared (their files are the caller's to delete). A
     file left by a caller's transaction that rolled back is for `sweep_uploads`."""
-    stored = []
+    stored, mismatched = [], {}
     try:
-        for job, upload in uploads:
-            job.upload.save(upload_storage_name(upload.name or job.file_name), upload, save=False)
+        for index, job, upload in uploads:
+            content = DigestingFile(upload)
+            job.upload.save(upload_storage_name(upload.name or job.file_name), content, save=False)
             stored.append(job)
-        yield
+            digest = content.sha256() or stored_sha256(job.upload)
+            if job.file_sha256 and job.file_sha256 != digest:
+                mismatched[index] = JobValidationError(
+                    {"file_sha256": f"The file's SHA-256 is {digest}, not {job.file_sha256}."}
+                )
+            job.file_sha256 = digest
+        yield mismatched
     except BaseException:
         _delete_uploads(stored)
         raise
@@ -210,10 +225,13 @@ def job_create_many(
             continue
         if key not in holders and key not in first:
             first[key] = (index, _new_job(new, actor=actor, now=now, priority=default_priority))
-    jobs = [job for _index, job in first.values()]
-    uploads = [(job, items[index].upload) for index, job in first.values() if items[index].upload]
+    uploads = [
+        (index, job, items[index].upload) for index, job in first.values() if items[index].upload
+    ]
     try:
-        with _uploads_stored(uploads):
+        with _uploads_stored(uploads) as mismatched:
+            refused |= mismatched
+            jobs = [job for index, job in first.values() if index not in mismatched]
             inserted = _insert_created(jobs, actor=actor, reason=reason, now=now)
     except IntegrityError:
         if len(items) == 1 and (error := active_job_error(*_file(items[0]), viewer=actor.user)):
@@ -227,7 +245,7 @@ def job_create_many(
             else _create_one(index, new, actor, reason, default_priority)
             for index, new in enumerate(items)
         ]
-    _delete_uploads([job for job, _upload in uploads if job.pk not in inserted])
+    _delete_uploads([job for _index, job, _upload in uploads if job.pk not in inserted])
     holders |= {key: job for key, (_index, job) in first.items() if job.pk in inserted}
     if missing := {key for index, key in enumerate(keys) if index not in refused} - holders.keys():
         holders |= _active_holders(missing)
@@ -280,6 +298,7 @@ def _new_job(new: NewJob, *, actor: Actor, now, priority: Priority) -> Extractio
     and events read already attached (its upload is stored later, `_uploads_stored`)."""
     values = {name: getattr(new, name) for name in NEW_JOB_FIELDS}
     del values["extractor"], values["upload"]
+    values["file_name"] = implied_file_name(new)
     if new.priority is None:
         values["priority"] = priority
     job = instance(
@@ -296,6 +315,16 @@ def _new_job(new: NewJob, *, actor: Actor, now, priority: Priority) -> Extractio
     ExtractionJob.extractor.field.set_cached_value(job, new.extractor)
     ExtractionJob.requested_by.field.set_cached_value(job, actor.user)
     return job
+
+
+def implied_file_name(new: NewJob) -> str:
+    """The client's file name, or else the upload's or the URL's, so that every job shows one
+    (`…/budget.csv` reads "budget.csv", not "—")."""
+    if new.file_name:
+        return new.file_name
+    if new.upload is not None:
+        return readable_file_name(new.upload.name or "")
+    return file_name_from_url(new.source_url)
 
 
 def _create_one(index: int, new: NewJob, actor: Actor, reason: str, priority) -> BulkOutcome:

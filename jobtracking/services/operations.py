@@ -12,7 +12,7 @@ from extraction.errors import ErrorCode
 from jobtracking import states
 from jobtracking.engine.queue import enqueue_cancel_at_extractor
 from jobtracking.engine.wakeup import notify_due
-from jobtracking.errors import ExtractorDisabledError, JobMovedOnError
+from jobtracking.errors import ExtractorDisabledError, InvalidTransitionError, JobMovedOnError
 from jobtracking.models import ExtractionJob, Priority
 from jobtracking.representation import moment
 from jobtracking.services.transitions import (
@@ -34,6 +34,8 @@ def _reset_for_new_attempt(job: ExtractionJob) -> None:
     job.remote_expires_at = job.lease_expires_at = job.claimed_at = None
     job.error_code = job.error_message = ""
     job.submitted_at = job.started_at = job.completed_at = None
+    # The new attempt's turnaround counts from here, not from the job's creation.
+    job.requeued_at = now
     job.deadline_at = now + job.extractor.max_duration
     job.due_at = now
 
@@ -46,12 +48,17 @@ def job_requeue(
     force: bool = False,
     priority: Priority | None = None,
 ) -> ExtractionJob:
-    """Send a terminal job back to `pending` as a new attempt (attempt + 1, counters and
-    external ids reset, a fresh deadline), due at once, at `priority` if given. A `succeeded`
-    job needs `force`. Earlier attempts' history and results stay. Refused while another active
-    job exists for the same file."""
+    """Send a terminal job back to `pending` as a new attempt (attempt + 1, counters, times and
+    external ids reset, `requeued_at` now, a fresh deadline), due at once, at `priority` if
+    given. A `succeeded` job needs `force`. Earlier attempts' history and results stay. Refused
+    while another active job exists for the same file."""
 
     def prepare(job: ExtractionJob) -> None:
+        if not states.requeue_allowed(job.status_id, force=True):
+            raise InvalidTransitionError(
+                f"Job {job.id} is {job.status_id}: only a job that ended can be requeued.",
+                current_status=job.status_id,
+            )
         if not job.extractor.enabled:
             raise ExtractorDisabledError(f"Extractor {job.extractor.slug} is disabled.")
         _reset_for_new_attempt(job)

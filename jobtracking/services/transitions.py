@@ -205,8 +205,18 @@ def _stamp(job: ExtractionJob, move: Move, now) -> None:
         job.external_status, job.progress = status_word[:50], max(0, min(100, progress))
     elif to_status == states.SUBMITTED:
         job.submitted_at = job.submitted_at or now
-    elif to_status == states.PROCESSING:
-        job.started_at = job.started_at or now
+    if job.started_at is None and _work_began(move):
+        job.started_at = now
+
+
+def _work_began(move: Move) -> bool:
+    """The move shows that the extractor worked on the job: it reports it running, or ends it
+    with its own word that it finished or failed it. A quick job goes submitted → succeeded
+    without a poll seeing it run, and still gets its `started_at` (when we learnt it). A person's
+    cancel or a deadline shows no work."""
+    return move.to_status == states.PROCESSING or (
+        move.remote is not None and move.to_status in states.WORKED_ENDS
+    )
 
 
 def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, now):

@@ -20,8 +20,17 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default=os.environ.get("SANDBOX_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("SANDBOX_PORT", 8765)))
+        parser.add_argument(
+            "--host",
+            default=os.environ.get("SANDBOX_HOST", "127.0.0.1"),
+            help="Address to listen on (default 127.0.0.1).",
+        )
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=int(os.environ.get("SANDBOX_PORT", 8765)),
+            help="Port to listen on (default 8765).",
+        )
         parser.add_argument(
             "--latency",
             default=os.environ.get("SANDBOX_LATENCY", "0"),
@@ -42,9 +51,13 @@ class Command(BaseCommand):
             "--throttle-retry-after",
             type=float,
             default=env_float("SANDBOX_THROTTLE_RETRY_AFTER", 1),
+            help="Retry-After (seconds) sent with each --throttle-rate 429 (default 1).",
         )
         parser.add_argument(
-            "--slow-seconds", type=float, default=env_float("SANDBOX_SLOW_SECONDS", 5)
+            "--slow-seconds",
+            type=float,
+            default=env_float("SANDBOX_SLOW_SECONDS", 5),
+            help="Seconds a --slow-rate request waits before its answer (default 5).",
         )
         parser.add_argument(
             "--poll-retry-after",
@@ -79,7 +92,12 @@ class Command(BaseCommand):
             default=int(os.environ.get("SANDBOX_MAX_RESULT_BYTES", 256 << 20)),
             help="Bytes of results kept, the least recently used dropped first (their jobs too).",
         )
-        parser.add_argument("--seed", type=int, default=None)
+        parser.add_argument(
+            "--seed",
+            type=int,
+            default=None,
+            help="Seed of the fault injection's random draws, for a run that repeats itself.",
+        )
 
     def handle(self, *args, **options):
         try:

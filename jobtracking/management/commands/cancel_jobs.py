@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 
 from jobtracking import states
 from jobtracking.errors import ApplicationError, InvalidTransitionError
-from jobtracking.management.selection import add_filter_arguments, run_per_job
+from jobtracking.management.selection import Applicable, add_filter_arguments, run_per_job
 from jobtracking.services import Actor, job_cancel
 
 
@@ -20,6 +20,10 @@ class Command(BaseCommand):
             options,
             "cancelled",
             lambda job_id: job_cancel(job_id=job_id, actor=actor, reason=options["reason"]),
+            Applicable.of(
+                lambda status, force: states.is_allowed(status, states.CANCELLED, force=force),
+                force=False,
+            ),
             moved_on=(InvalidTransitionError,),
             failed_on=(ApplicationError,),
         )

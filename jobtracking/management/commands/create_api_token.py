@@ -18,7 +18,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("username")
+        parser.add_argument("username", help="The user the token acts as.")
         parser.add_argument("--create", action="store_true", help="Create the service account.")
         parser.add_argument(
             "--revoke-others", action="store_true", help="Delete USER's earlier tokens."

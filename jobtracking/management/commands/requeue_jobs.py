@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 
 from jobtracking import states
 from jobtracking.errors import ApplicationError, ForceRequiredError, InvalidTransitionError
-from jobtracking.management.selection import add_filter_arguments, run_per_job
+from jobtracking.management.selection import Applicable, add_filter_arguments, run_per_job
 from jobtracking.models import Priority
 from jobtracking.services import Actor, job_requeue
 
@@ -36,7 +36,8 @@ class Command(BaseCommand):
                 force=options["force"],
                 priority=priority,
             ),
-            # Without --force a succeeded job is skipped, as is one that is active again.
+            Applicable.of(states.requeue_allowed, force=options["force"]),
+            # It became active again, or succeeded, since it was selected.
             moved_on=(ForceRequiredError, InvalidTransitionError),
             failed_on=(ApplicationError,),
         )

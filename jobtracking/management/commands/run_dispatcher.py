@@ -7,7 +7,12 @@ class Command(BaseCommand):
     help = "Claim due jobs (submissions, polls, expired leases) and hand them to the workers."
 
     def add_arguments(self, parser):
-        parser.add_argument("--batch-size", type=int, default=None)
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=None,
+            help="Jobs claimed at a time (default: JOBS_DISPATCH_BATCH_SIZE).",
+        )
         parser.add_argument("--idle", type=float, default=None, help="Seconds to sleep when idle.")
 
     def handle(self, *args, **options):

@@ -42,11 +42,23 @@ class Command(BaseCommand):
     help = "Run the web server, the supervised worker cluster, the dispatcher and the sandbox."
 
     def add_arguments(self, parser):
-        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
         parser.add_argument(
-            "--sandbox-port", type=int, default=int(os.environ.get("SANDBOX_PORT", 8765))
+            "--port",
+            type=int,
+            default=int(os.environ.get("PORT", 8000)),
+            help="The web server's port (default 8000, or PORT).",
         )
-        parser.add_argument("--sandbox-latency", default=os.environ.get("SANDBOX_LATENCY", "1,4"))
+        parser.add_argument(
+            "--sandbox-port",
+            type=int,
+            default=int(os.environ.get("SANDBOX_PORT", 8765)),
+            help="The sandbox extractor's port (default 8765, or SANDBOX_PORT).",
+        )
+        parser.add_argument(
+            "--sandbox-latency",
+            default=os.environ.get("SANDBOX_LATENCY", "1,4"),
+            help="Seconds a sandbox extraction takes: N or MIN,MAX (default 1,4).",
+        )
         parser.add_argument(
             "--check-ports", action="store_true", help="Only check that the ports are free."
         )

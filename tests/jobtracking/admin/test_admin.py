@@ -169,7 +169,7 @@ def test_csv_export_streams_the_filtered_set(root_client, fleet):
     response = root_client.post(f"{JOBS}?status__code__exact=failed", {"action": "export_csv"})
     assert response.status_code == 200 and response["Content-Type"] == "text/csv"
     lines = b"".join(response.streaming_content).decode().splitlines()
-    assert lines[0].startswith("id,status_id,extractor_slug")
+    assert lines[0].startswith("Job ID,Status,Extractor,File ID,File name")
     assert len(lines) == 2 and str(fleet["failed"].pk) in lines[1]
 
 

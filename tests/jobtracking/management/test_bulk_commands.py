@@ -1,10 +1,11 @@
 """requeue_jobs, cancel_jobs, purge_jobs, retry_webhooks, reap_stuck_jobs, setup_schedules."""
 
 import io
-from datetime import timedelta
+import warnings
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.core.management import call_command
+from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 from django.utils import timezone
 from django_q.models import Schedule
@@ -17,7 +18,7 @@ from jobtracking.models import (
     JobStatusChange,
     WebhookDelivery,
 )
-from jobtracking.services import Actor, job_cancel
+from jobtracking.services import Actor, job_cancel, job_requeue
 from tests.factories import (
     ExtractionJobFactory,
     ExtractionResultFactory,
@@ -106,7 +107,7 @@ def test_requeue_jobs_from_an_ids_file_and_stdin(fleet, tmp_path, monkeypatch):
 def test_requeue_jobs_skips_succeeded_without_force_and_active_jobs(fleet):
     ids = [str(fleet[name].pk) for name in ("succeeded", "pending", "failed_sandbox")]
     out, _ = run("requeue_jobs", "--ids", *ids)
-    assert "1 changed, 2 skipped" in out
+    assert "1 changed, 2 skipped (1 pending is still active; 1 succeeded needs --force)" in out
     assert statuses(fleet)["succeeded"] == "succeeded"
     out, _ = run("requeue_jobs", "--ids", ids[0], "--force")
     assert "1 changed" in out and statuses(fleet)["succeeded"] == "pending"
@@ -174,7 +175,7 @@ def test_requeue_jobs_interrupted_then_run_again_finishes_the_rest(fleet, monkey
         run("requeue_jobs", "--status", "failed", "--batch-size", "1")
     assert sum(s == "pending" for s in statuses(fleet).values()) == 2  # one requeued + "pending"
     out, _ = run("requeue_jobs", "--status", "failed", "--batch-size", "1")
-    assert "2 changed, 0 skipped (moved on meanwhile), 0 failed" in out
+    assert "2 changed, 0 skipped, 0 failed" in out
     assert JobStatusChange.objects.filter(from_status="failed", to_status="pending").count() == 3
 
 
@@ -188,7 +189,7 @@ def test_requeue_jobs_reports_failures_and_exits_non_zero(fleet):
 
 def test_cancel_jobs_cancels_active_jobs_and_skips_the_rest(fleet):
     out, _ = run("cancel_jobs", "--extractor", "azure", "--reason", "vendor outage")
-    assert "1 changed, 1 skipped" in out
+    assert "1 changed, 1 skipped (1 failed has already ended)" in out
     assert statuses(fleet)["processing"] == "cancelled"
     assert JobStatusChange.objects.get(to_status="cancelled").reason == "vendor outage"
 
@@ -271,3 +272,101 @@ def test_job_cancel_via_command_actor_keeps_user_none():
     job = ExtractionJobFactory()
     job_cancel(job_id=job.pk, actor=Actor.command())
     assert JobStatusChange.objects.get(job=job).actor is None
+
+
+@pytest.mark.parametrize(
+    ("names", "force"),
+    [
+        (["succeeded"], False),
+        (["succeeded"], True),
+        (["succeeded", "pending", "failed_sandbox", "processing"], False),
+        (["failed_sandbox", "old_failed"], False),
+    ],
+)
+def test_requeue_jobs_dry_run_and_real_run_agree(fleet, names, force):
+    args = ["--ids", *(str(fleet[name].pk) for name in names)] + (["--force"] if force else [])
+    dry, _ = run("requeue_jobs", *args, "--dry-run")
+    would = int(dry.split("Dry run: ")[1].split(" job(s)")[0])
+    skipped_line = next((line for line in dry.splitlines() if line.startswith("Would be")), "")
+    out, _ = run("requeue_jobs", *args)
+    assert f"Requeued: {would} changed, " in out
+    assert skipped_line.removeprefix("Would be ").rstrip(".") in out
+    assert sum(statuses(fleet)[name] == "pending" for name in names) - names.count("pending") == (
+        would
+    )
+
+
+def test_requeue_jobs_names_why_it_skips_a_succeeded_job(fleet):
+    args = ("--ids", str(fleet["succeeded"].pk))
+    dry, _ = run("requeue_jobs", *args, "--dry-run")
+    assert "Dry run: 0 job(s) would be requeued." in dry
+    assert "Would be 1 skipped (1 succeeded needs --force)." in dry
+    out, _ = run("requeue_jobs", *args)
+    assert out.strip() == "Requeued: 0 changed, 1 skipped (1 succeeded needs --force), 0 failed."
+    assert statuses(fleet)["succeeded"] == "succeeded"
+
+
+def test_requeue_jobs_leaves_a_job_in_submission_alone(fleet):
+    submitting = ExtractionJobFactory(submitting=True)
+    out, _ = run("requeue_jobs", "--ids", str(submitting.pk))
+    assert "0 changed, 1 skipped (1 submitting is still active)" in out
+    job = ExtractionJob.objects.get(pk=submitting.pk)
+    assert (job.status_id, job.attempt) == ("submitting", 1)
+
+
+def test_requeue_jobs_counts_a_job_requeued_meanwhile_as_moved_on(fleet, monkeypatch):
+    from jobtracking.management.commands import requeue_jobs
+
+    def someone_else_first(**kwargs):
+        job_requeue(job_id=kwargs["job_id"], actor=Actor.system())
+        return job_requeue(**kwargs)
+
+    monkeypatch.setattr(requeue_jobs, "job_requeue", someone_else_first)
+    out, _ = run("requeue_jobs", "--ids", str(fleet["failed_sandbox"].pk))
+    assert "0 changed, 1 skipped (1 moved on meanwhile), 0 failed" in out
+
+
+def test_requeue_jobs_reads_a_date_without_a_zone_in_time_zone_without_warning(settings):
+    settings.TIME_ZONE = "America/Sao_Paulo"  # UTC-3
+    at = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)  # 23:00 on 30 November in São Paulo
+    before = ExtractionJobFactory(failed=True, created_at=at)
+    after = ExtractionJobFactory(failed=True, created_at=at + timedelta(hours=2))  # 1 December
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, _ = run("requeue_jobs", "--created-before", "2026-12-01", "--dry-run")
+        run("requeue_jobs", "--created-before", "2026-12-01T00:00:00")
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], caught
+    assert "1 job(s) would be requeued" in out and str(before.pk) in out
+    assert ExtractionJob.objects.get(pk=before.pk).status_id == "pending"
+    assert ExtractionJob.objects.get(pk=after.pk).status_id == "failed"
+
+
+def test_requeue_jobs_help_names_the_time_zone_of_dates_without_one(settings):
+    settings.TIME_ZONE = "Europe/Lisbon"
+    parser = load_command_class("jobtracking", "requeue_jobs").create_parser("manage.py", "x")
+    assert "Europe/Lisbon" in " ".join(parser.format_help().split())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--completed-before", "2026-12-01"),
+        ("--completed-after", "2026-12-01"),
+        ("--error-code", "extraction_failed"),
+    ],
+)
+def test_cancel_jobs_offers_no_filter_that_only_ended_jobs_match(args):
+    with pytest.raises(CommandError, match="unrecognized arguments"):
+        run("cancel_jobs", *args)
+
+
+def test_retry_webhooks_dry_run_reports_and_changes_nothing():
+    dead = WebhookDeliveryFactory(state=DeliveryState.DEAD, attempts=8, next_attempt_at=None)
+    WebhookDeliveryFactory(state=DeliveryState.DELIVERED)
+    out, _ = run("retry_webhooks", "--dry-run")
+    assert "Dry run: 1 dead delivery(ies) would be retried. They are:" in out
+    assert f"delivery {dead.pk} " in out and "8 attempt(s)" in out
+    dead.refresh_from_db()
+    assert (dead.state, dead.attempts) == (DeliveryState.DEAD, 8)
+    out, _ = run("retry_webhooks", "--dry-run", "--subscription", str(dead.subscription_id))
+    assert "1 dead delivery(ies) would be retried" in out

@@ -22,6 +22,7 @@ INTERNAL = {
     "due_at": "the dispatcher's schedule",
     "claimed_at": "the dispatcher's claim",
     "lease_expires_at": "a worker's lease",
+    "requeued_at": "the current attempt's start: `durations` count from it, the history shows it",
 }
 # Model fields the representation shows under another name.
 SHOWN_AS = {"upload": "has_upload", "error_code": "error", "error_message": "error"}

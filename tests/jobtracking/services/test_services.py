@@ -237,10 +237,15 @@ def test_job_requeue_of_succeeded_needs_force():
     assert (job.status_id, job.attempt) == ("pending", 2)
 
 
-def test_job_requeue_of_an_active_job_is_refused():
-    job = make_job("processing")
+# submitting → pending is in the table as a lease's hand-back: still no requeue.
+@pytest.mark.parametrize("status", sorted(states.ACTIVE))
+def test_job_requeue_of_an_active_job_is_refused(status):
+    job = make_job(status)
     with pytest.raises(InvalidTransitionError):
         job_requeue(job_id=job.id, actor=Actor.system())
+    job.refresh_from_db()
+    assert (job.status_id, job.attempt) == (status, 1)
+    assert not JobStatusChange.objects.filter(job=job).exists()
 
 
 def test_job_requeue_is_refused_while_another_job_for_the_file_is_active(extractor):
