@@ -2,7 +2,6 @@
 and a new secret from the subscription's page, its recent deliveries) and their deliveries (what
 was sent, signature redacted, every attempt; searchable; dead ones retried)."""
 
-import contextlib
 import json
 import uuid
 
@@ -24,6 +23,7 @@ from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.models import (
     DeliveryAttempt,
     DeliveryState,
+    JobEvent,
     WebhookDelivery,
     WebhookSubscription,
 )
@@ -85,6 +85,8 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     actions = ["rotate_secret", "send_test"]
+    # The same commands as buttons on the subscription's own page: URL name → method.
+    BUTTONS = {"send-test": "_send_test", "rotate-secret": "_rotate"}
 
     class Media:
         css = {"all": ["jobtracking/admin/webhooks.css"]}
@@ -164,9 +166,6 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     def send_test(self, request, queryset):
         for subscription in queryset:
             self._send_test(request, subscription)
-
-    # The same commands as buttons on the subscription's own page.
-    BUTTONS = {"send-test": "_send_test", "rotate-secret": "_rotate"}
 
     def get_urls(self):
         button = self.admin_site.admin_view(require_POST(self.button_view))
@@ -310,17 +309,24 @@ class WebhookDeliveryAdmin(JobScopedAdmin):
         return format_html("<pre>{}</pre>", json.dumps(body, indent=2, ensure_ascii=False))
 
     def get_search_results(self, request, queryset, search_term):
-        # Exact ids and a URL prefix: each is an index lookup, or the small subscriptions table.
+        # A term is one kind of thing, each found through an index: an id among the events
+        # (then their deliveries by `event`), a status, or a URL prefix among the few
+        # subscriptions (then their deliveries by `subscription`). One OR across the joined
+        # tables would read every delivery.
         term = search_term.strip()
         if not term:
             return queryset, False
-        query = Q(subscription__url__startswith=term)
-        with contextlib.suppress(ValueError):
+        try:
             value = uuid.UUID(term)
-            query |= Q(event__event_id=value) | Q(event__job_id=value)
+        except ValueError:
+            value = None
+        if value is not None:
+            events = JobEvent.objects.filter(Q(event_id=value) | Q(job_id=value))
+            return queryset.filter(event__in=events.values("pk")), False
         if term.isascii() and term.isdigit() and len(term) == 3:
-            query |= Q(last_status_code=int(term))
-        return queryset.filter(query), False
+            return queryset.filter(last_status_code=int(term)), False
+        receivers = WebhookSubscription.objects.filter(url__startswith=term)
+        return queryset.filter(subscription__in=list(receivers.values_list("pk", flat=True))), False
 
     def has_retry_permission(self, request) -> bool:
         return request.user.has_perm("jobtracking.view_webhookdelivery") and request.user.has_perm(
