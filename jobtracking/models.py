@@ -412,6 +412,12 @@ class WebhookDelivery(models.Model):
             models.Index(fields=["state", "-created_at"], name="delivery_state_created_idx"),
             models.Index(fields=["-created_at"], name="delivery_created_idx"),
             models.Index(fields=["subscription", "-created_at"], name="delivery_sub_created_idx"),
+            # The admin's search by a failing status: only undelivered rows can have one.
+            models.Index(
+                fields=["last_status_code", "-created_at"],
+                condition=~Q(state="delivered"),
+                name="delivery_failing_status_idx",
+            ),
         ]
 
     def __str__(self) -> str:

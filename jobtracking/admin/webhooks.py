@@ -324,7 +324,12 @@ class WebhookDeliveryAdmin(JobScopedAdmin):
             events = JobEvent.objects.filter(Q(event_id=value) | Q(job_id=value))
             return queryset.filter(event__in=events.values("pk")), False
         if term.isascii() and term.isdigit() and len(term) == 3:
-            return queryset.filter(last_status_code=int(term)), False
+            found = queryset.filter(last_status_code=int(term))
+            if not is_delivered(int(term)):
+                # Only undelivered deliveries end on such a status (the same rows, then), and
+                # `delivery_failing_status_idx` holds only those.
+                found = found.exclude(state=DeliveryState.DELIVERED)
+            return found, False
         receivers = WebhookSubscription.objects.filter(url__startswith=term)
         return queryset.filter(subscription__in=list(receivers.values_list("pk", flat=True))), False
 

@@ -103,5 +103,13 @@ class Migration(migrations.Migration):
             model_name="deliveryattempt",
             index=models.Index(fields=["delivery", "attempted_at"], name="attempt_delivery_idx"),
         ),
+        migrations.AddIndex(
+            model_name="webhookdelivery",
+            index=models.Index(
+                condition=models.Q(("state", "delivered"), _negated=True),
+                fields=["last_status_code", "-created_at"],
+                name="delivery_failing_status_idx",
+            ),
+        ),
         migrations.RunPython(grant_webhook_permissions, migrations.RunPython.noop),
     ]

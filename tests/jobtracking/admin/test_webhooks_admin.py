@@ -65,6 +65,7 @@ def test_deliveries_are_searchable_by_event_job_status_and_url(root_client):
     assert found(str(wanted.event.event_id)) == {wanted.pk}
     assert found(str(wanted.event.job_id)) == {wanted.pk}
     assert found("503") == {wanted.pk}
+    assert found("200") == {other.pk}
     assert found(wanted.subscription.url) == {wanted.pk}
 
 
