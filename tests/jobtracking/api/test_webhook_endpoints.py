@@ -303,3 +303,12 @@ def test_webhook_endpoints_json_bodies_have_their_own_request_components(api):
     assert {p["name"] for p in deliveries["parameters"]} == {"id", "cursor", "page_size"}
     redeliver = paths[f"{URL}{{id}}/deliveries/{{delivery_id}}/redeliver/"]["post"]
     assert {p["schema"]["type"] for p in redeliver["parameters"]} == {"integer"}
+
+
+def test_webhook_endpoints_show_in_the_browsable_api(client, alice):
+    client.force_login(alice)
+    endpoint = create(client_for(alice))
+    for path in (URL, f"{URL}{endpoint['id']}/", f"{URL}{endpoint['id']}/deliveries/"):
+        page = client.get(path, HTTP_ACCEPT="text/html")
+        assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
+        assert endpoint["secret"] not in page.content.decode()
