@@ -216,6 +216,10 @@ class DeliveryAttemptInline(ReadOnlyInline):
     ordering = ["attempted_at", "id"]
     verbose_name_plural = "attempts"
 
+    def has_view_permission(self, request, obj=None) -> bool:
+        # Part of the delivery: whoever may see the delivery sees how each POST went.
+        return request.user.has_perm("jobtracking.view_webhookdelivery")
+
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(JobScopedAdmin):

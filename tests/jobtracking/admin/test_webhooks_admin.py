@@ -207,3 +207,13 @@ def test_a_delivery_page_shows_every_attempt_read_only(root_client):
     assert "attempt_log-TOTAL_FORMS" in page and 'name="attempt_log-0-error"' not in page
     with pytest.raises(AppendOnlyError):
         DeliveryAttempt.objects.first().delete()
+
+
+def test_staff_who_may_see_a_delivery_see_its_attempts(client):
+    delivery = WebhookDeliveryFactory()
+    DeliveryAttempt.objects.create(
+        delivery=delivery, status_code=None, error="ConnectionRefused: x:443 refused", duration_ms=3
+    )
+    client.force_login(staff("view_webhookdelivery", "view_all_extractionjobs"))
+    page = client.get(f"{DELIVERIES}{delivery.pk}/change/").content.decode()
+    assert "ConnectionRefused: x:443 refused" in page
