@@ -21,6 +21,16 @@ class JobNotFoundError(ApplicationError):
     http_status = 404
 
 
+class WebhookEndpointNotFoundError(ApplicationError):
+    code = "webhook_endpoint_not_found"
+    http_status = 404
+
+
+class WebhookDeliveryNotFoundError(ApplicationError):
+    code = "webhook_delivery_not_found"
+    http_status = 404
+
+
 class ResultNotReadyError(ApplicationError):
     """The job exists but has no result (yet): `job_status` says where it is."""
 

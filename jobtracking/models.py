@@ -396,8 +396,9 @@ class WebhookDelivery(models.Model):
     event = models.ForeignKey(
         JobEvent, on_delete=models.CASCADE, related_name="deliveries", db_index=False
     )
+    # Indexed below by `delivery_sub_created_idx`, which leads with it.
     subscription = models.ForeignKey(
-        WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries"
+        WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries", db_index=False
     )
     state = models.CharField(
         max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING
@@ -426,11 +427,52 @@ class WebhookDelivery(models.Model):
                 condition=Q(state="pending"),
                 name="delivery_due_idx",
             ),
+            # The admin's changelist (newest first, by state or receiver) and an endpoint's
+            # deliveries in the API: each page an index range, however many are stored.
             models.Index(fields=["state", "-created_at"], name="delivery_state_created_idx"),
+            models.Index(fields=["-created_at"], name="delivery_created_idx"),
+            models.Index(fields=["subscription", "-created_at"], name="delivery_sub_created_idx"),
+            # The admin's search by a failing status: only undelivered rows can have one.
+            models.Index(
+                fields=["last_status_code", "-created_at"],
+                condition=~Q(state="delivered"),
+                name="delivery_failing_status_idx",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"event {self.event_id} → {self.subscription_id} ({self.state})"
+
+
+class DeliveryAttempt(models.Model):
+    """One POST of a delivery and how it went, never updated or deleted (but with its
+    delivery). Written with the attempt's outcome (`services.deliveries`)."""
+
+    delivery = models.ForeignKey(
+        WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log", db_index=False
+    )
+    attempted_at = models.DateTimeField(default=timezone.now)
+    status_code = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The receiver's HTTP status; empty: no answer."
+    )
+    error = models.TextField(blank=True, help_text="What failed, with its cause and host.")
+    response_excerpt = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(help_text="From the POST to its answer or failure.")
+
+    class Meta:
+        ordering = ["attempted_at", "id"]
+        indexes = [models.Index(fields=["delivery", "attempted_at"], name="attempt_delivery_idx")]
+
+    def __str__(self) -> str:
+        return f"delivery {self.delivery_id} at {self.attempted_at:%Y-%m-%d %H:%M:%S}"
+
+    def save(self, *args, **kwargs) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError("Delivery attempts are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("Delivery attempts are append-only.")
 
 
 class ServiceHeartbeat(models.Model):

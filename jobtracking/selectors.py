@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Min, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from jobtracking import states
@@ -15,10 +15,13 @@ from jobtracking.models import (
     ACTIVE_STATUS,
     SHORT_ID,
     TURNAROUND,
+    DeliveryAttempt,
     ExtractionJob,
     JobEvent,
     Priority,
     ServiceHeartbeat,
+    WebhookDelivery,
+    WebhookSubscription,
 )
 
 VIEW_ALL = "jobtracking.view_all_extractionjobs"
@@ -64,6 +67,24 @@ def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEven
     of commit order."""
     events = JobEvent.objects.filter(created_at__lte=timezone.now() - settle)
     return visible(events, user=user)
+
+
+def webhook_endpoint_list(*, user: AbstractBaseUser) -> QuerySet[WebhookSubscription]:
+    """A client's own webhook subscriptions (the API's endpoints): never another's, even with
+    the view-all permission (which lets a subscription receive every job's events)."""
+    return WebhookSubscription.objects.filter(created_by=user)
+
+
+def webhook_delivery_list(
+    *, user: AbstractBaseUser, subscription: WebhookSubscription
+) -> QuerySet[WebhookDelivery]:
+    """A subscription's deliveries of events of jobs `user` may see (`visible`), each with its
+    event and its attempts, oldest attempt first."""
+    deliveries = WebhookDelivery.objects.filter(subscription=subscription).select_related("event")
+    attempts = Prefetch(
+        "attempt_log", queryset=DeliveryAttempt.objects.order_by("attempted_at", "id")
+    )
+    return visible(deliveries, user=user, via="event__job").prefetch_related(attempts)
 
 
 def job_stats(*, jobs: QuerySet[ExtractionJob], window: timedelta) -> dict[str, Any]:

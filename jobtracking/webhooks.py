@@ -7,11 +7,16 @@ the subscription's `secret_version` (bump it to rotate), and shown to staff once
 """
 
 import base64
+import errno
 import hashlib
 import hmac
 import json
+import ssl
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
+from importlib.metadata import version
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 import urllib3
 from django.conf import settings
@@ -40,6 +45,19 @@ RETRY_SCHEDULE = (
 RETRY_WINDOW = sum(RETRY_SCHEDULE, timedelta())
 EXCERPT_BYTES = 1024
 TEST_EVENT_TYPE = "webhook.test"
+# Receivers see who calls them (and may allow-list it), not an HTTP library's default.
+USER_AGENT = f"fluxx-extraction-jobs/{version('extraction-job-tracking')}"
+
+
+class Outcome(NamedTuple):
+    """How one POST went: the receiver's HTTP status (None: no answer), the start of its
+    answer, what failed (empty when delivered), when it began and how long it took."""
+
+    status: int | None
+    excerpt: str
+    error: str
+    attempted_at: datetime | None = None  # None: now, when it is recorded
+    duration_ms: int = 0
 
 
 def subscription_secret(subscription: WebhookSubscription) -> str:
@@ -90,20 +108,20 @@ def _excerpt(response: urllib3.BaseHTTPResponse) -> str:
 def delivery_headers(message_id: str, timestamp: str, signature: str) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
         "webhook-id": message_id,
         "webhook-timestamp": timestamp,
         "webhook-signature": signature,
     }
 
 
-def post_signed(
-    subscription: WebhookSubscription, message_id: str, body: bytes
-) -> tuple[int | None, str, str]:
-    """POST a signed body to the subscription: (HTTP status or None, response excerpt, error)."""
+def post_signed(subscription: WebhookSubscription, message_id: str, body: bytes) -> Outcome:
+    """POST a signed body to the subscription; never raises for the receiver's faults."""
     timestamp = int(time.time())
     signature = sign(subscription_secret(subscription), message_id, timestamp, body)
     headers = delivery_headers(message_id, str(timestamp), signature)
     status, excerpt, error = None, "", ""
+    attempted_at, started = timezone.now(), time.monotonic()
     try:
         with post_checked(
             subscription.url,
@@ -113,16 +131,68 @@ def post_signed(
         ) as response:
             status, excerpt = response.status, _excerpt(response)
     except UnsafeURLError as unsafe:
-        error = unsafe.message
+        error = f"UnsafeURL: {unsafe.message}"
     except (urllib3.exceptions.HTTPError, OSError) as failure:
-        error = f"{type(failure).__name__}"
-    return status, excerpt, error
+        error = describe_failure(failure, subscription.url)
+    if status is not None and not is_delivered(status):
+        error = f"HTTP {status} from {receiver_address(subscription.url)}"
+    duration_ms = round((time.monotonic() - started) * 1000)
+    return Outcome(status, excerpt, error, attempted_at, duration_ms)
 
 
-def send(delivery: WebhookDelivery) -> tuple[int | None, str, str]:
-    """POST the delivery's event: (HTTP status or None, response excerpt, error)."""
+def send(delivery: WebhookDelivery) -> Outcome:
+    """POST the delivery's event."""
     event = delivery.event
     return post_signed(delivery.subscription, str(event.event_id), delivery_body(event))
+
+
+def receiver_address(url: str) -> str:
+    """`host:port` of a receiver's URL: what an error names, never its path or query (which
+    may carry a token)."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def describe_failure(failure: Exception, url: str) -> str:
+    """A POST's failure as `Cause: what happened, naming the receiver`, e.g.
+    "ConnectTimeout: hooks.example:443 did not accept a connection in 5 s". Written from the
+    exception's type and its OS or TLS reason only: urllib3's own messages name the pinned
+    address, and may quote the URL."""
+    where = receiver_address(url)
+    exceptions = urllib3.exceptions
+    cause = failure.__cause__ or failure.__context__
+    if isinstance(failure, exceptions.NameResolutionError):
+        return f"NameResolution: {where.rsplit(':', 1)[0]} cannot be resolved"
+    if isinstance(failure, exceptions.NewConnectionError):  # before its parent, ConnectTimeout
+        if isinstance(cause, ConnectionRefusedError):
+            return f"ConnectionRefused: {where} refused the connection"
+        return f"ConnectionFailed: {where}: {_os_reason(cause)}"
+    if isinstance(failure, exceptions.ConnectTimeoutError):
+        seconds = settings.WEBHOOK_CONNECT_TIMEOUT
+        return f"ConnectTimeout: {where} did not accept a connection in {seconds:g} s"
+    if isinstance(failure, exceptions.ReadTimeoutError | TimeoutError):
+        return f"ReadTimeout: {where} did not answer in {settings.WEBHOOK_READ_TIMEOUT:g} s"
+    if isinstance(failure, exceptions.SSLError):
+        inner = failure.args[0] if failure.args else cause
+        return f"TLSError: {where}: {_tls_reason(inner)}"
+    if isinstance(failure, exceptions.ProtocolError):
+        inner = failure.args[1] if len(failure.args) > 1 else cause
+        return f"ConnectionClosed: {where} closed the connection ({type(inner).__name__})"
+    return f"{type(failure).__name__}: {where}: {_os_reason(failure)}"
+
+
+def _os_reason(error: BaseException | None) -> str:
+    if isinstance(error, OSError) and error.errno in errno.errorcode:
+        return error.strerror or errno.errorcode[error.errno]
+    return type(error).__name__ if error else "no reason given"
+
+
+def _tls_reason(error: BaseException | None) -> str:
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"certificate not trusted ({error.verify_message})"
+    if isinstance(error, ssl.SSLError):
+        return error.reason or type(error).__name__
+    return type(error).__name__ if error else "handshake failed"
 
 
 def is_delivered(status: int | None) -> bool:
@@ -135,9 +205,9 @@ def is_receiver_down(status: int | None) -> bool:
     return status is None or status in (408, 429) or status >= 500
 
 
-def send_test_event(subscription: WebhookSubscription) -> tuple[int | None, str, str]:
-    """A signed `webhook.test` message sent at once and recorded nowhere: staff check that the
-    receiver answers and verifies signatures before real events flow."""
-    data = {"subscription_id": subscription.pk, "message": "A test event from staff."}
+def send_test_event(subscription: WebhookSubscription) -> Outcome:
+    """A signed `webhook.test` message sent at once and recorded nowhere: staff and clients
+    check that the receiver answers and verifies signatures before real events flow."""
+    data = {"subscription_id": subscription.pk, "message": "A test event; no job is involved."}
     body = _message(TEST_EVENT_TYPE, timezone.now(), data)
     return post_signed(subscription, f"msg_test_{uuid7()}", body)

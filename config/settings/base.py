@@ -312,6 +312,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # One name for the event types, wherever they appear (events, webhook endpoints).
+    "ENUM_NAME_OVERRIDES": {"EventTypeEnum": "jobtracking.states.EVENT_TYPES"},
 }
 
 # Webhooks: secrets are derived from this key (see jobtracking.webhooks); rotating it changes them.

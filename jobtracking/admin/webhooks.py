@@ -1,34 +1,51 @@
-"""Webhook subscriptions (event types as checkboxes, secrets shown once, a test event) and their
-deliveries (what was sent, signature redacted; searchable; dead ones retried)."""
+"""Webhook subscriptions (event types as checkboxes and labels, secrets shown once, a test event
+and a new secret from the subscription's page, its recent deliveries) and their deliveries (what
+was sent, signature redacted, every attempt; searchable; dead ones retried)."""
 
-import contextlib
 import json
 import uuid
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
-from django.urls import reverse
-from django.utils.html import format_html
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.views.decorators.http import require_POST
 
 from jobtracking import states
 from jobtracking.admin.circuits import circuit_error_cell, circuit_state
-from jobtracking.admin.common import JobScopedAdmin, moment, record
+from jobtracking.admin.common import JobScopedAdmin, ReadOnlyInline, moment, record
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.models import (
+    DeliveryAttempt,
     DeliveryState,
+    JobEvent,
     WebhookDelivery,
     WebhookSubscription,
 )
-from jobtracking.selectors import VIEW_ALL
+from jobtracking.selectors import VIEW_ALL, visible
 from jobtracking.services.deliveries import delivery_retry
 from jobtracking.services.subscriptions import subscription_rotate_secret
 from jobtracking.webhooks import (
     delivery_body,
     delivery_headers,
+    is_delivered,
     send_test_event,
     subscription_secret,
 )
+
+RECENT_DELIVERIES = 20
+
+
+def event_type_labels(types: list[str] | None):
+    """Event types as labels; none means every type."""
+    if not types:
+        return format_html('<span class="event-type all">{}</span>', "every event type")
+    return format_html_join(" ", '<span class="event-type">{}</span>', ((t,) for t in types))
 
 
 class SubscriptionForm(forms.ModelForm):
@@ -50,7 +67,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     list_display = [
         "url",
         "description",
-        "event_types",
+        "event_type_list",
         "active",
         "receiver_circuit",
         "receiver_error",
@@ -68,6 +85,15 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     actions = ["rotate_secret", "send_test"]
+    # The same commands as buttons on the subscription's own page: URL name → method.
+    BUTTONS = {"send-test": "_send_test", "rotate-secret": "_rotate"}
+
+    class Media:
+        css = {"all": ["jobtracking/admin/webhooks.css"]}
+
+    @admin.display(description="event types")
+    def event_type_list(self, subscription: WebhookSubscription):
+        return event_type_labels(subscription.event_types)
 
     @admin.display(description="receiver")
     def receiver_circuit(self, subscription: WebhookSubscription) -> str:
@@ -112,31 +138,87 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
             messages.WARNING,
         )
 
-    # Reveals a new secret and sends signed requests: change permission, never view alone.
+    def _rotate(self, request, subscription: WebhookSubscription) -> None:
+        subscription_rotate_secret(subscription)
+        self._show_secret(request, subscription)
+        record(request, [subscription], f"Secret rotated (version {subscription.secret_version}).")
+
+    def _send_test(self, request, subscription: WebhookSubscription) -> None:
+        outcome = send_test_event(subscription)
+        said = outcome.error or f"HTTP {outcome.status}"
+        self.message_user(
+            request,
+            f"Test event to {subscription.url}: {said}"
+            + (f" ({outcome.excerpt[:200]})" if outcome.excerpt else ""),
+            messages.SUCCESS if is_delivered(outcome.status) else messages.ERROR,
+        )
+        record(request, [subscription], f"Test event sent: {said}.")
+
+    # Both reveal a new secret or send signed requests: change permission, never view alone.
     @admin.action(
         description="Rotate the signing secret and show the new one", permissions=["change"]
     )
     def rotate_secret(self, request, queryset):
         for subscription in queryset:
-            subscription_rotate_secret(subscription)
-            self._show_secret(request, subscription)
-            record(
-                request, [subscription], f"Secret rotated (version {subscription.secret_version})."
-            )
+            self._rotate(request, subscription)
 
     @admin.action(description="Send a signed test event now", permissions=["change"])
     def send_test(self, request, queryset):
         for subscription in queryset:
-            status, excerpt, error = send_test_event(subscription)
-            outcome = error or f"HTTP {status}"
-            ok = status is not None and 200 <= status < 300
-            self.message_user(
-                request,
-                f"Test event to {subscription.url}: {outcome}"
-                + (f" ({excerpt[:200]})" if excerpt else ""),
-                messages.SUCCESS if ok else messages.ERROR,
+            self._send_test(request, subscription)
+
+    def get_urls(self):
+        button = self.admin_site.admin_view(require_POST(self.button_view))
+        own = [
+            path(
+                f"<path:object_id>/{name}/",
+                button,
+                {"command": name},
+                name=f"jobtracking_webhooksubscription_{name.replace('-', '_')}",
             )
-            record(request, [subscription], f"Test event sent: {outcome}.")
+            for name in self.BUTTONS
+        ]
+        return own + super().get_urls()
+
+    def button_view(self, request, object_id: str, command: str):
+        subscription = self.get_object(request, unquote(object_id))
+        if subscription is None:
+            raise Http404("No such subscription, or not one of yours.")
+        if not self.has_change_permission(request, subscription):
+            raise PermissionDenied
+        getattr(self, self.BUTTONS[command])(request, subscription)
+        return redirect("admin:jobtracking_webhooksubscription_change", subscription.pk)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        subscription = self.get_object(request, unquote(object_id))
+        context = {**(extra_context or {})}
+        if subscription is not None:
+            context["may_command"] = self.has_change_permission(request, subscription)
+            context["recent_deliveries"] = self._recent_deliveries(request, subscription)
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def _recent_deliveries(self, request, subscription) -> list[WebhookDelivery]:
+        deliveries = WebhookDelivery.objects.filter(subscription=subscription).select_related(
+            "event"
+        )
+        recent = visible(deliveries, user=request.user, via="event__job").order_by(
+            "-created_at", "-id"
+        )
+        return list(recent[:RECENT_DELIVERIES])
+
+
+class DeliveryAttemptInline(ReadOnlyInline):
+    """Every POST of the delivery, oldest first, as it went (append-only)."""
+
+    model = DeliveryAttempt
+    fields = ["attempted_at", "status_code", "error", "response_excerpt", "duration_ms"]
+    readonly_fields = fields
+    ordering = ["attempted_at", "id"]
+    verbose_name_plural = "attempts"
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        # Part of the delivery: whoever may see the delivery sees how each POST went.
+        return request.user.has_perm("jobtracking.view_webhookdelivery")
 
 
 @admin.register(WebhookDelivery)
@@ -157,8 +239,12 @@ class WebhookDeliveryAdmin(JobScopedAdmin):
     search_fields = ["subscription__url"]
     search_help_text = "An event id or job id (whole), an HTTP status, or the start of the URL."
     list_select_related = ["event", "subscription"]
+    # Newest first, through `delivery_created_idx` (or the state or subscription one when
+    # filtered), and never a COUNT(*) of the whole table: fast with millions of deliveries.
+    ordering = ["-created_at", "-id"]
     show_full_result_count = False
     paginator = EstimatedCountPaginator
+    inlines = [DeliveryAttemptInline]
     actions = ["retry_dead"]
     fields = [
         "event_link",
@@ -227,17 +313,29 @@ class WebhookDeliveryAdmin(JobScopedAdmin):
         return format_html("<pre>{}</pre>", json.dumps(body, indent=2, ensure_ascii=False))
 
     def get_search_results(self, request, queryset, search_term):
-        # Exact ids and a URL prefix: each is an index lookup, or the small subscriptions table.
+        # A term is one kind of thing, each found through an index: an id among the events
+        # (then their deliveries by `event`), a status, or a URL prefix among the few
+        # subscriptions (then their deliveries by `subscription`). One OR across the joined
+        # tables would read every delivery.
         term = search_term.strip()
         if not term:
             return queryset, False
-        query = Q(subscription__url__startswith=term)
-        with contextlib.suppress(ValueError):
+        try:
             value = uuid.UUID(term)
-            query |= Q(event__event_id=value) | Q(event__job_id=value)
+        except ValueError:
+            value = None
+        if value is not None:
+            events = JobEvent.objects.filter(Q(event_id=value) | Q(job_id=value))
+            return queryset.filter(event__in=events.values("pk")), False
         if term.isascii() and term.isdigit() and len(term) == 3:
-            query |= Q(last_status_code=int(term))
-        return queryset.filter(query), False
+            found = queryset.filter(last_status_code=int(term))
+            if not is_delivered(int(term)):
+                # Only undelivered deliveries end on such a status (the same rows, then), and
+                # `delivery_failing_status_idx` holds only those.
+                found = found.exclude(state=DeliveryState.DELIVERED)
+            return found, False
+        receivers = WebhookSubscription.objects.filter(url__startswith=term)
+        return queryset.filter(subscription__in=list(receivers.values_list("pk", flat=True))), False
 
     def has_retry_permission(self, request) -> bool:
         return request.user.has_perm("jobtracking.view_webhookdelivery") and request.user.has_perm(

@@ -32,6 +32,16 @@ PROBLEMS = {
     "permission_denied": (403, "The client lacks the permission this action needs."),
     "not_found": (404, "No such resource, or not one this client may see."),
     "job_not_found": (404, "No such job, or not one this client may see."),
+    "webhook_endpoint_not_found": (
+        404,
+        "No such webhook endpoint among this client's own: each client sees and changes only "
+        "the endpoints it created. List them with GET /api/v1/webhook_endpoints/.",
+    ),
+    "webhook_delivery_not_found": (
+        404,
+        "The endpoint has no such delivery (or not of a job this client may see). List them "
+        "with GET /api/v1/webhook_endpoints/{id}/deliveries/.",
+    ),
     "method_not_allowed": (405, "This endpoint does not accept that HTTP method; see `Allow`."),
     "not_acceptable": (406, "No representation matches the Accept header; ask for JSON."),
     "result_not_ready": (

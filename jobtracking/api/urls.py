@@ -2,6 +2,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from jobtracking.api import views
+from jobtracking.api.webhook_endpoints import WebhookEndpointViewSet
 
 app_name = "api"
 
@@ -10,6 +11,7 @@ router.register("jobs", views.ExtractionJobViewSet, basename="job")
 router.register("extractors", views.ExtractorViewSet, basename="extractor")
 router.register("statuses", views.JobStatusViewSet, basename="status")
 router.register("events", views.JobEventViewSet, basename="event")
+router.register("webhook_endpoints", WebhookEndpointViewSet, basename="webhook_endpoint")
 
 urlpatterns = [
     path("stats/", views.StatsView.as_view(), name="stats"),

@@ -5,9 +5,10 @@ The lane is a thread of every dispatcher process. Each round claims due deliveri
 FOR UPDATE SKIP LOCKED`, so several dispatchers never send one twice at once), holds those whose
 receiver's circuit is open or paused (one goes as the probe, see
 `jobtracking.services.circuits`), POSTs the rest at once through a bounded pool, records each
-attempt and reports each receiver's outcomes to its circuit. A new delivery is due at once and
-is sent within `WEBHOOK_LANE_IDLE_SECONDS`; a claimed delivery whose sender died is due again
-after the dispatch lease.
+attempt (the deliveries' rows and a `DeliveryAttempt` each, in one statement) and reports each
+receiver's outcomes to its circuit. A new delivery is due at once and is sent within
+`WEBHOOK_LANE_IDLE_SECONDS`; a claimed delivery whose sender died is due again after the
+dispatch lease.
 """
 
 import functools
@@ -38,10 +39,10 @@ def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
     deliveries, health = deliveries_claim_due(limit=limit, lease=lease)
     outcomes = list(_pool().map(send, deliveries))
     tallies = defaultdict(Tally)
-    for delivery, (status, _excerpt, error) in zip(deliveries, outcomes, strict=True):
-        if is_receiver_down(status):
-            tallies[delivery.subscription_id].failed(str(delivery.pk), error or f"HTTP {status}")
-        elif is_delivered(status):
+    for delivery, outcome in zip(deliveries, outcomes, strict=True):
+        if is_receiver_down(outcome.status):
+            tallies[delivery.subscription_id].failed(str(delivery.pk), outcome.error)
+        elif is_delivered(outcome.status):
             tallies[delivery.subscription_id].successes += 1
     holding = circuits_report(ReceiverHealth, tallies, health, deliveries_release)
     deliveries_record(

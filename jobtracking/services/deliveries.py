@@ -22,6 +22,7 @@ from jobtracking.infra.rows import (
     table,
 )
 from jobtracking.models import (
+    DeliveryAttempt,
     DeliveryState,
     ExtractionJob,
     JobEvent,
@@ -30,7 +31,14 @@ from jobtracking.models import (
     WebhookSubscription,
 )
 from jobtracking.services.circuits import circuit_gate
-from jobtracking.webhooks import RETRY_SCHEDULE, RETRY_WINDOW, is_delivered, send, wants
+from jobtracking.webhooks import (
+    RETRY_SCHEDULE,
+    RETRY_WINDOW,
+    Outcome,
+    is_delivered,
+    send,
+    wants,
+)
 
 
 def deliveries_fan_out(events: list[JobEvent]) -> None:
@@ -103,18 +111,22 @@ def deliver(delivery_id: int) -> str:
     return record_attempt(delivery, send(delivery))
 
 
+def _error(outcome: Outcome) -> str:
+    return outcome.error or ("" if is_delivered(outcome.status) else f"HTTP {outcome.status}")
+
+
 def _attempt_changes(
-    delivery: WebhookDelivery, outcome: tuple[int | None, str, str], held_until, now
+    delivery: WebhookDelivery, outcome: Outcome, held_until, now
 ) -> dict[str, Any]:
     """What one attempt's outcome changes (`record_attempt`)."""
-    status, excerpt, error = outcome
+    status = outcome.status
     first_failed_at = delivery.first_failed_at or now
     attempts = delivery.attempts + (held_until is None or is_delivered(status))
     changes: dict[str, Any] = {
         "attempts": attempts,
         "last_status_code": status,
-        "last_response_excerpt": excerpt,
-        "last_error": error or ("" if is_delivered(status) else f"HTTP {status}"),
+        "last_response_excerpt": outcome.excerpt,
+        "last_error": _error(outcome),
     }
     if is_delivered(status):
         changes |= {"state": DeliveryState.DELIVERED, "delivered_at": now, "next_attempt_at": None}
@@ -129,20 +141,37 @@ def _attempt_changes(
     return changes
 
 
+def _attempt_row(delivery: WebhookDelivery, outcome: Outcome, now) -> DeliveryAttempt:
+    return instance(
+        DeliveryAttempt,
+        delivery_id=delivery.pk,
+        attempted_at=outcome.attempted_at or now,
+        status_code=outcome.status,
+        error=_error(outcome),
+        response_excerpt=outcome.excerpt,
+        duration_ms=outcome.duration_ms,
+    )
+
+
 def record_attempt(
     delivery: WebhookDelivery,
-    outcome: tuple[int | None, str, str],
+    outcome: Outcome | tuple,
     held_until: datetime | None = None,
 ) -> str:
-    """Record one attempt's outcome; returns the delivery's state afterwards. A failure is
-    retried on `RETRY_SCHEDULE`; `held_until` (the receiver's circuit is open) means it was not
-    this delivery's fault: it is not counted and waits for the circuit. Either way a delivery
-    still failing `RETRY_WINDOW` after its first failure is dead."""
-    changes = _attempt_changes(delivery, outcome, held_until, timezone.now())
-    # Compare-and-set on the attempt count: a duplicate sender's outcome is dropped.
-    WebhookDelivery.objects.filter(
-        pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
-    ).update(**changes)
+    """Record one attempt's outcome: the delivery's row and, in the same transaction, a
+    `DeliveryAttempt`. Returns the delivery's state afterwards. A failure is retried on
+    `RETRY_SCHEDULE`; `held_until` (the receiver's circuit is open) means it was not this
+    delivery's fault: it is not counted and waits for the circuit. Either way a delivery still
+    failing `RETRY_WINDOW` after its first failure is dead."""
+    outcome, now = Outcome(*outcome), timezone.now()
+    changes = _attempt_changes(delivery, outcome, held_until, now)
+    with transaction.atomic():
+        # Compare-and-set on the attempt count: a duplicate sender's outcome changes nothing
+        # (its POST is still logged: the receiver got it).
+        WebhookDelivery.objects.filter(
+            pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts
+        ).update(**changes)
+        _attempt_row(delivery, outcome, now).save(force_insert=True)
     return changes.get("state", DeliveryState.PENDING)
 
 
@@ -160,22 +189,26 @@ RECORDED_FIELDS = (
 
 def deliveries_record(attempts: list[tuple[WebhookDelivery, tuple, datetime | None]]) -> None:
     """Record a lane round's outcomes (delivery, outcome, held_until), each as `record_attempt`
-    records one, with the same compare-and-set: on PostgreSQL in one statement, which costs the
-    lane's process a fraction of an ORM update each."""
+    records one, with the same compare-and-set: on PostgreSQL in one statement (the attempts'
+    rows inserted by a CTE of the deliveries' UPDATE), which costs the lane's process a
+    fraction of an ORM update each."""
     if connection.vendor != "postgresql":
         for delivery, outcome, held_until in attempts:
             record_attempt(delivery, outcome, held_until)
         return
-    now, recorded = timezone.now(), []
+    now, recorded, logged = timezone.now(), [], []
     for delivery, outcome, held_until in attempts:
+        outcome = Outcome(*outcome)
         after = copy.copy(delivery)
         for name, value in _attempt_changes(delivery, outcome, held_until, now).items():
             setattr(after, name, value)
         recorded.append(after)
+        logged.append(_attempt_row(delivery, outcome, now))
     with connection.cursor() as cursor:
         cursor.execute(
             _recorded_statement(),
             [
+                json_rows(logged, insert_fields(DeliveryAttempt)),
                 json_rows(recorded, _recorded_fields()),
                 [delivery.pk for delivery, _outcome, _held in attempts],
                 [delivery.attempts for delivery, _outcome, _held in attempts],
@@ -192,8 +225,14 @@ def _recorded_fields() -> tuple:
 @functools.cache
 def _recorded_statement() -> str:
     fields = _recorded_fields()
+    logged = insert_fields(DeliveryAttempt)
+    delivery = quote(DeliveryAttempt._meta.get_field("delivery").column)
     sets = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields[1:])
     return (
+        # Every POST is logged, a duplicate sender's too; a delivery deleted meanwhile is not.
+        f"WITH logged AS (INSERT INTO {table(DeliveryAttempt)} ({columns(logged)}) "
+        f"SELECT a.* FROM ({select_rows(DeliveryAttempt, logged)}) a "
+        f"WHERE EXISTS (SELECT 1 FROM {table(WebhookDelivery)} x WHERE x.id = a.{delivery})) "
         f"UPDATE {table(WebhookDelivery)} d SET {sets} "
         f"FROM ({select_rows(WebhookDelivery, fields)}) v "
         "JOIN unnest(%s::bigint[], %s::bigint[]) p(id, attempts) ON p.id = v.id "
@@ -201,16 +240,34 @@ def _recorded_statement() -> str:
     )
 
 
+def _rescheduled(now) -> dict[str, Any]:
+    """A delivery made pending again, due now, with a fresh retry schedule (its attempts
+    counted from zero; its attempt log keeps the earlier ones)."""
+    return {
+        "state": DeliveryState.PENDING,
+        "attempts": 0,
+        "first_failed_at": None,
+        "delivered_at": None,
+        "next_attempt_at": now,
+        "last_error": "",
+    }
+
+
 def delivery_retry(*, queryset) -> int:
     """Give dead deliveries a fresh schedule, due now (the admin action and the command)."""
     with transaction.atomic():
-        return queryset.filter(state=DeliveryState.DEAD).update(
-            state=DeliveryState.PENDING,
-            attempts=0,
-            first_failed_at=None,
-            next_attempt_at=timezone.now(),
-            last_error="",
-        )
+        return queryset.filter(state=DeliveryState.DEAD).update(**_rescheduled(timezone.now()))
+
+
+def delivery_redeliver(*, delivery: WebhookDelivery) -> WebhookDelivery:
+    """Send a delivery again, whatever its state (an API client's redeliver): dead, delivered
+    or pending, it is pending and due now with a fresh schedule. At least once: a pending one
+    being sent at this moment may reach the receiver twice."""
+    changes = _rescheduled(timezone.now())
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(**changes)
+    for name, value in changes.items():
+        setattr(delivery, name, value)
+    return delivery
 
 
 def deliveries_claim_due(

@@ -1,6 +1,39 @@
-"""Webhook subscriptions' writes beyond the admin's form."""
+"""Webhook subscriptions' writes: an API client's endpoints, and the secret rotation the admin
+and the API share. Each is checked by the model's `clean` (the URL guard, known event types),
+as the admin's form checks it."""
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 
 from jobtracking.models import WebhookSubscription
+
+# What a client may change on its own endpoint.
+EDITABLE = ("url", "description", "event_types", "active", "all_jobs")
+
+
+def subscription_create(*, owner: AbstractBaseUser, **fields: Any) -> WebhookSubscription:
+    """A new subscription of `owner`'s, active unless said otherwise. Raises Django's
+    `ValidationError` for an unsafe URL or an unknown event type; saves nothing then."""
+    subscription = WebhookSubscription(created_by=owner, **_editable(fields))
+    subscription.full_clean()
+    subscription.save()
+    return subscription
+
+
+def subscription_update(*, subscription: WebhookSubscription, **fields: Any) -> None:
+    """Change the given fields (the others as they are), checked as on creation."""
+    for name, value in _editable(fields).items():
+        setattr(subscription, name, value)
+    subscription.full_clean()
+    subscription.save(update_fields=[*fields, "updated_at"])
+
+
+def subscription_delete(*, subscription: WebhookSubscription) -> None:
+    """Delete it with its deliveries and their attempts: no more events go to it."""
+    with transaction.atomic():
+        subscription.delete()
 
 
 def subscription_rotate_secret(subscription: WebhookSubscription) -> None:
@@ -8,3 +41,9 @@ def subscription_rotate_secret(subscription: WebhookSubscription) -> None:
     verifying at once."""
     subscription.secret_version += 1
     subscription.save(update_fields=["secret_version", "updated_at"])
+
+
+def _editable(fields: dict[str, Any]) -> dict[str, Any]:
+    if unknown := fields.keys() - set(EDITABLE):
+        raise TypeError(f"Not editable: {sorted(unknown)}")
+    return fields

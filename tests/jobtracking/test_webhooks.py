@@ -2,20 +2,23 @@
 
 import json
 import socket
+import ssl
 import time
 from datetime import timedelta
+from importlib.metadata import version
 
 import pytest
+import urllib3
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
 
 from jobtracking.engine.delivery_lane import deliveries_send_due
-from jobtracking.models import WebhookDelivery, WebhookSubscription
+from jobtracking.models import DeliveryAttempt, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.services.deliveries import deliver, deliveries_claim_due, delivery_retry
-from jobtracking.webhooks import RETRY_SCHEDULE, subscription_secret
+from jobtracking.webhooks import RETRY_SCHEDULE, describe_failure, subscription_secret
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
 
 pytestmark = pytest.mark.django_db
@@ -41,6 +44,12 @@ def make_job(file_id="f-1"):
         ),
         actor=Actor("api"),
     )
+
+
+def _verify_failure(message: str) -> ssl.SSLCertVerificationError:
+    failure = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    failure.verify_message = message
+    return failure
 
 
 def lane_round() -> int:
@@ -111,7 +120,7 @@ def test_failure_then_success_records_the_retry(subscription, httpserver):
     assert (delivery.attempts, delivery.last_status_code, delivery.last_error) == (
         1,
         500,
-        "HTTP 500",
+        f"HTTP 500 from localhost:{httpserver.port}",
     )
     assert delivery.last_response_excerpt == "boom"
     wait = (delivery.next_attempt_at - timezone.now()).total_seconds()
@@ -120,6 +129,13 @@ def test_failure_then_success_records_the_retry(subscription, httpserver):
     assert deliver(delivery.pk) == "delivered"
     delivery.refresh_from_db()
     assert (delivery.state, delivery.attempts, delivery.last_status_code) == ("delivered", 2, 200)
+    # Each attempt kept as it went, oldest first.
+    log = list(delivery.attempt_log.all())
+    assert [(a.status_code, a.response_excerpt, a.error) for a in log] == [
+        (500, "boom", f"HTTP 500 from localhost:{httpserver.port}"),
+        (200, "ok", ""),
+    ]
+    assert log[0].attempted_at < log[1].attempted_at and all(a.duration_ms >= 0 for a in log)
 
 
 def test_permanent_failure_ends_dead_and_can_be_retried(subscription, httpserver):
@@ -151,7 +167,11 @@ def test_a_slow_receiver_times_out_and_is_retried(subscription, httpserver):
     httpserver.expect_request("/hooks").respond_with_handler(slow)
     make_job()
     assert deliver(WebhookDelivery.objects.get().pk) == "pending"
-    assert WebhookDelivery.objects.get().last_error == "ReadTimeoutError"
+    expected = f"ReadTimeout: localhost:{httpserver.port} did not answer in 0.5 s"
+    assert WebhookDelivery.objects.get().last_error == expected
+    attempt = DeliveryAttempt.objects.get()
+    assert (attempt.status_code, attempt.error) == (None, expected)
+    assert attempt.duration_ms >= 500
 
 
 def test_redirects_are_not_followed(subscription, httpserver):
@@ -333,3 +353,56 @@ def test_a_long_answer_is_kept_as_an_excerpt_and_its_connection_dropped(subscrip
     deliver(WebhookDelivery.objects.get().pk)
     delivery = WebhookDelivery.objects.get()
     assert delivery.state == "delivered" and delivery.last_response_excerpt == "x" * 1024
+
+
+def test_a_delivery_says_who_sends_it_in_its_user_agent(subscription, httpserver):
+    httpserver.expect_request("/hooks").respond_with_data("ok")
+    make_job()
+    deliver(WebhookDelivery.objects.get().pk)
+    request, _ = httpserver.log[0]
+    agent = request.headers["User-Agent"]
+    assert agent == f"fluxx-extraction-jobs/{version('extraction-job-tracking')}"
+    assert "python" not in agent.lower() and "urllib3" not in agent
+
+
+def test_a_refused_connection_names_its_cause_and_host_but_not_the_query(settings):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    WebhookSubscriptionFactory(url=f"http://127.0.0.1:{port}/hooks?token=s3cret")
+    make_job()
+    assert deliver(WebhookDelivery.objects.get().pk) == "pending"
+    error = DeliveryAttempt.objects.get().error
+    assert error == f"ConnectionRefused: 127.0.0.1:{port} refused the connection"
+    assert "s3cret" not in WebhookDelivery.objects.get().last_error
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (
+            urllib3.exceptions.ConnectTimeoutError(None, "pool 10.0.0.7 /hooks?token=s3cret"),
+            "ConnectTimeout: hooks.example:443 did not accept a connection in 5 s",
+        ),
+        (
+            urllib3.exceptions.ReadTimeoutError(None, "/hooks?token=s3cret", "timed out"),
+            "ReadTimeout: hooks.example:443 did not answer in 10 s",
+        ),
+        (
+            urllib3.exceptions.SSLError(
+                _verify_failure("self-signed certificate in certificate chain")
+            ),
+            "TLSError: hooks.example:443: certificate not trusted "
+            "(self-signed certificate in certificate chain)",
+        ),
+        (
+            urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "")),
+            "ConnectionClosed: hooks.example:443 closed the connection (ConnectionResetError)",
+        ),
+    ],
+)
+def test_a_failure_is_described_by_its_cause_and_host_alone(settings, failure, said):
+    settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT = 5, 10
+    described = describe_failure(failure, "https://hooks.example/hooks?token=s3cret")
+    assert described == said
+    assert "s3cret" not in described and "10.0.0.7" not in described

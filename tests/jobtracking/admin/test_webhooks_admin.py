@@ -1,14 +1,19 @@
-"""Webhooks and extractors in the console: event types as checkboxes, duplicate URLs warned,
-what a delivery sent (signature redacted), search, the test event, and the key indicator."""
+"""Webhooks and extractors in the console: event types as checkboxes and labels, duplicate URLs
+warned, what a delivery sent (signature redacted) and every attempt, search, the test event and
+secret rotation (actions and buttons), and the key indicator."""
+
+from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
 
-from jobtracking.models import WebhookSubscription
+from jobtracking.models import AppendOnlyError, DeliveryAttempt, WebhookSubscription
 from jobtracking.webhooks import subscription_secret
 from tests.factories import ExtractorFactory, WebhookDeliveryFactory, WebhookSubscriptionFactory
+from tests.jobtracking.admin.conftest import staff
 
 pytestmark = pytest.mark.django_db
 SUBSCRIPTIONS = "/admin/jobtracking/webhooksubscription/"
@@ -60,6 +65,7 @@ def test_deliveries_are_searchable_by_event_job_status_and_url(root_client):
     assert found(str(wanted.event.event_id)) == {wanted.pk}
     assert found(str(wanted.event.job_id)) == {wanted.pk}
     assert found("503") == {wanted.pk}
+    assert found("200") == {other.pk}
     assert found(wanted.subscription.url) == {wanted.pk}
 
 
@@ -109,3 +115,105 @@ def test_the_key_indicator_knows_an_extractor_without_a_key(
         monkeypatch.setenv("EXTRACTOR_ADMIN_TEST_KEY", value)
     ExtractorFactory(api_key_env=variable)
     assert shown in root_client.get("/admin/extraction/extractor/").content.decode()
+
+
+def test_subscriptions_list_their_event_types_as_labels(root_client):
+    WebhookSubscriptionFactory(event_types=["job.succeeded", "job.failed"])
+    WebhookSubscriptionFactory(event_types=[])
+    page = root_client.get(SUBSCRIPTIONS).content.decode()
+    assert '<span class="event-type">job.succeeded</span>' in page
+    assert '<span class="event-type">job.failed</span>' in page
+    assert "every event type" in page
+    assert "[&#x27;job.succeeded&#x27;" not in page and '["job.succeeded"' not in page
+
+
+def button(subscription, name: str) -> str:
+    return f"{SUBSCRIPTIONS}{subscription.pk}/{name}/"
+
+
+def test_the_subscription_page_has_its_buttons_and_recent_deliveries(root_client):
+    delivery = WebhookDeliveryFactory(last_status_code=503, last_error="HTTP 503 from x:443")
+    page = root_client.get(f"{SUBSCRIPTIONS}{delivery.subscription.pk}/change/").content.decode()
+    assert f'action="{button(delivery.subscription, "send-test")}"' in page
+    assert f'action="{button(delivery.subscription, "rotate-secret")}"' in page
+    assert f"{DELIVERIES}{delivery.pk}/change/" in page and "HTTP 503 from x:443" in page
+
+
+def test_the_send_test_button_posts_a_verifiable_message(root_client, httpserver):
+    subscription = WebhookSubscriptionFactory(url=httpserver.url_for("/hooks"))
+    received = []
+
+    def receiver(request):
+        secret = subscription_secret(subscription)
+        received.append(Webhook(secret).verify(request.get_data(), dict(request.headers)))
+        return Response("ok", 200)
+
+    httpserver.expect_request("/hooks", method="POST").respond_with_handler(receiver)
+    response = root_client.post(button(subscription, "send-test"), follow=True)
+    assert response.redirect_chain[-1][0] == f"{SUBSCRIPTIONS}{subscription.pk}/change/"
+    assert received and received[0]["type"] == "webhook.test"
+    assert "HTTP 200" in response.content.decode()
+    assert LogEntry.objects.get().change_message == "Test event sent: HTTP 200."
+
+
+def test_the_rotate_secret_button_shows_the_new_secret_once(root_client):
+    subscription = WebhookSubscriptionFactory()
+    old = subscription_secret(subscription)
+    page = root_client.post(button(subscription, "rotate-secret"), follow=True).content.decode()
+    subscription.refresh_from_db()
+    assert subscription.secret_version == 2
+    assert subscription_secret(subscription) in page and old not in page
+    again = root_client.get(f"{SUBSCRIPTIONS}{subscription.pk}/change/").content.decode()
+    assert subscription_secret(subscription) not in again
+
+
+def test_the_buttons_need_the_change_permission_and_a_post(client, root_client):
+    subscription = WebhookSubscriptionFactory()
+    viewer = staff("view_webhooksubscription", "view_all_extractionjobs")
+    client.force_login(viewer)
+    page = client.get(f"{SUBSCRIPTIONS}{subscription.pk}/change/").content.decode()
+    assert "send-test" not in page and "rotate-secret" not in page
+    assert client.post(button(subscription, "rotate-secret")).status_code == 403
+    assert root_client.get(button(subscription, "rotate-secret")).status_code == 405
+    subscription.refresh_from_db()
+    assert subscription.secret_version == 1 and not LogEntry.objects.exists()
+
+
+def test_the_buttons_of_another_staff_members_subscription_are_not_found(client):
+    theirs = WebhookSubscriptionFactory()
+    client.force_login(staff("view_webhooksubscription", "change_webhooksubscription"))
+    assert client.post(button(theirs, "rotate-secret")).status_code == 404
+    theirs.refresh_from_db()
+    assert theirs.secret_version == 1
+
+
+def test_a_delivery_page_shows_every_attempt_read_only(root_client):
+    delivery = WebhookDeliveryFactory()
+    now = timezone.now()
+    for seconds, status, error in [
+        (0, None, "ConnectTimeout: hooks.example.org:443 did not accept a connection in 5 s"),
+        (6, 503, "HTTP 503 from hooks.example.org:443"),
+    ]:
+        DeliveryAttempt.objects.create(
+            delivery=delivery,
+            attempted_at=now + timedelta(seconds=seconds),
+            status_code=status,
+            error=error,
+            duration_ms=5000,
+        )
+    page = root_client.get(f"{DELIVERIES}{delivery.pk}/change/").content.decode()
+    first = page.index("ConnectTimeout: hooks.example.org:443 did not accept a connection")
+    assert first < page.index("HTTP 503 from hooks.example.org:443")
+    assert "attempt_log-TOTAL_FORMS" in page and 'name="attempt_log-0-error"' not in page
+    with pytest.raises(AppendOnlyError):
+        DeliveryAttempt.objects.first().delete()
+
+
+def test_staff_who_may_see_a_delivery_see_its_attempts(client):
+    delivery = WebhookDeliveryFactory()
+    DeliveryAttempt.objects.create(
+        delivery=delivery, status_code=None, error="ConnectionRefused: x:443 refused", duration_ms=3
+    )
+    client.force_login(staff("view_webhookdelivery", "view_all_extractionjobs"))
+    page = client.get(f"{DELIVERIES}{delivery.pk}/change/").content.decode()
+    assert "ConnectionRefused: x:443 refused" in page

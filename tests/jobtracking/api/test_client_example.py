@@ -65,5 +65,5 @@ def test_a_receiver_verifies_what_the_service_signs(httpserver, settings):
     from tests.factories import JobEventFactory
 
     event = JobEventFactory()
-    status, _, _ = post_signed(subscription, str(event.event_id), delivery_body(event))
+    status = post_signed(subscription, str(event.event_id), delivery_body(event)).status
     assert status == 200 and received["event"]["type"] == JobEvent.objects.get().type

@@ -9,6 +9,7 @@ import pytest
 from jobtracking.services.tokens import token_issue
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 from tests.jobtracking.api.conftest import service_account
+from tests.jobtracking.api.test_webhook_endpoints import WEBHOOK_PERMISSIONS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,7 +31,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     # the created jobs (links inferred from the schema and the Location headers) into the
     # job's reads and actions.
     settings.OUTBOUND_ALLOWED_HOSTS = ["files.example.org", "files.fluxx.example"]
-    user = service_account("fuzzer", "view_all_extractionjobs")
+    user = service_account("fuzzer", "view_all_extractionjobs", *WEBHOOK_PERMISSIONS)
     extractor = ExtractorFactory(slug="sandbox")
     ExtractorFactory(slug="azure-layout")
     ExtractionJobFactory.create_batch(3, requested_by=user, extractor=extractor)

@@ -6,13 +6,15 @@ import socket
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from werkzeug import Response
 
 from jobtracking.engine.delivery_lane import deliveries_send_due
-from jobtracking.models import CircuitState, ReceiverHealth, WebhookDelivery
+from jobtracking.models import CircuitState, DeliveryAttempt, ReceiverHealth, WebhookDelivery
 from jobtracking.services.deliveries import deliveries_record, record_attempt
-from jobtracking.webhooks import RETRY_WINDOW
+from jobtracking.webhooks import RETRY_WINDOW, Outcome
 from tests.factories import WebhookSubscriptionFactory
 from tests.jobtracking.test_webhooks import lane_round, make_job
 
@@ -63,7 +65,12 @@ def test_a_receiver_down_opens_its_circuit_and_costs_no_attempt(request, httpser
     six_events()
     assert lane_round() == 6
     circuit = health(receiver)
-    assert circuit.last_error == ("HTTP 503" if answer == "503" else "ReadTimeoutError")
+    host = receiver.url.split("/")[2]
+    assert circuit.last_error == (
+        f"HTTP 503 from {host}"
+        if answer == "503"
+        else f"ReadTimeout: {host} did not answer in 0.3 s"
+    )
     assert circuit.state == CircuitState.OPEN
     for delivery in WebhookDelivery.objects.all():
         assert (delivery.state, delivery.attempts) == ("pending", 0)
@@ -97,6 +104,9 @@ def test_an_open_receiver_gets_one_probe_then_its_deliveries_flow(receiver, http
     assert health(receiver).state == CircuitState.CLOSED
     assert lane_round() == 5
     assert set(WebhookDelivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
+    # Every POST logged, the six that met the outage and the probe too, though uncounted.
+    log = DeliveryAttempt.objects.order_by("attempted_at", "id")
+    assert [a.status_code for a in log] == [503] * 7 + [200] * 6
 
 
 def test_one_delivery_failing_alone_follows_its_schedule(receiver, httpserver):
@@ -156,8 +166,30 @@ def test_a_rounds_outcomes_are_recorded_as_one_at_a_time_with_the_compare_and_se
     assert (rows[three.pk].attempts, rows[three.pk].next_attempt_at) == (0, held)
     assert rows[three.pk].last_error == "ConnectionError"
     assert (rows[stale.pk].state, rows[stale.pk].attempts) == ("pending", 1)
+    # Each outcome logged as an attempt, the stale sender's too (the receiver got its POST).
+    logged = {a.delivery_id: a for a in DeliveryAttempt.objects.all()}
+    assert logged.keys() == {one.pk, two.pk, three.pk, stale.pk}
+    assert (logged[two.pk].status_code, logged[two.pk].error) == (500, "HTTP 500")
+    assert logged[two.pk].response_excerpt == "oops"
+    assert (logged[three.pk].status_code, logged[three.pk].error) == (None, "ConnectionError")
     # The same outcome recorded alone leaves the same row.
     alone = WebhookDelivery.objects.get(pk=WebhookDelivery.objects.order_by("pk")[4].pk)
     record_attempt(alone, (204, "", ""))
     alone.refresh_from_db()
     assert (alone.state, alone.attempts, alone.last_error) == ("delivered", 1, "")
+    assert alone.attempt_log.get().status_code == 204
+
+
+def test_a_rounds_outcomes_and_attempts_are_one_statement(receiver):
+    six_events()
+    deliveries = list(WebhookDelivery.objects.order_by("pk"))
+    began = timezone.now() - timedelta(seconds=1)
+    outcomes = [Outcome(204, "", "", began, 12 + n) for n in range(len(deliveries))]
+    with CaptureQueriesContext(connection) as queries:
+        deliveries_record([(d, o, None) for d, o in zip(deliveries, outcomes, strict=True)])
+    assert len(queries) == 1
+    rows = DeliveryAttempt.objects.order_by("delivery_id")
+    assert [(a.delivery_id, a.duration_ms) for a in rows] == [
+        (d.pk, 12 + n) for n, d in enumerate(deliveries)
+    ]
+    assert {a.attempted_at for a in rows} == {began}

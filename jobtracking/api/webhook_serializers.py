@@ -1,0 +1,152 @@
+"""Webhook endpoints in the API: a client's own subscriptions (input and output), their
+deliveries with every attempt, and a test event's outcome."""
+
+from rest_framework import serializers
+
+from jobtracking import states
+from jobtracking.api.serializers import StrictSerializer, UtcModelSerializer
+from jobtracking.models import DeliveryAttempt, WebhookDelivery, WebhookSubscription
+from jobtracking.selectors import VIEW_ALL
+from jobtracking.webhooks import Outcome, is_delivered
+
+EVENT_TYPES_HELP = "Event types to receive; empty (the default) means every type, new ones too."
+ALL_JOBS_HELP = (
+    "Receive the events of every client's jobs (needs the view-all permission). Otherwise, "
+    "only those of the jobs this client requested."
+)
+
+
+def event_types_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=states.EVENT_TYPES),
+        help_text=EVENT_TYPES_HELP,
+        **kwargs,
+    )
+
+
+# Output
+
+
+class WebhookEndpointSerializer(UtcModelSerializer):
+    event_types = event_types_field()
+    enabled = serializers.BooleanField(source="active", help_text="Whether events are sent to it.")
+    all_jobs = serializers.BooleanField(help_text=ALL_JOBS_HELP)
+
+    class Meta:
+        model = WebhookSubscription
+        fields = [
+            "id",
+            "url",
+            "description",
+            "event_types",
+            "enabled",
+            "all_jobs",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class WebhookEndpointWithSecretSerializer(WebhookEndpointSerializer):
+    """The endpoint and its signing secret: answered once, on creation or rotation."""
+
+    secret = serializers.CharField(
+        help_text="The signing secret (`whsec_…`), shown this once: verify each delivery's "
+        "`webhook-signature` with it (Standard Webhooks)."
+    )
+
+    class Meta(WebhookEndpointSerializer.Meta):
+        fields = [*WebhookEndpointSerializer.Meta.fields, "secret"]
+
+
+class DeliveryAttemptSerializer(UtcModelSerializer):
+    http_status = serializers.IntegerField(
+        source="status_code", allow_null=True, help_text="The receiver's answer; null: none."
+    )
+
+    class Meta:
+        model = DeliveryAttempt
+        fields = ["attempted_at", "http_status", "error", "response_excerpt", "duration_ms"]
+
+
+class WebhookDeliverySerializer(UtcModelSerializer):
+    event_id = serializers.UUIDField(
+        source="event.event_id", help_text="The `webhook-id` header it is sent with."
+    )
+    event_type = serializers.CharField(source="event.type")
+    job = serializers.UUIDField(source="event.job_id")
+    attempts = DeliveryAttemptSerializer(
+        source="attempt_log", many=True, help_text="Every POST of it, oldest first."
+    )
+
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id",
+            "event_id",
+            "event_type",
+            "job",
+            "state",
+            "next_attempt_at",
+            "delivered_at",
+            "created_at",
+            "attempts",
+        ]
+
+
+class WebhookTestResultSerializer(serializers.Serializer):
+    delivered = serializers.BooleanField(help_text="The receiver answered 2xx.")
+    http_status = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField(help_text="What failed, with its cause and host; empty if none.")
+    response_excerpt = serializers.CharField()
+    duration_ms = serializers.IntegerField()
+
+    @staticmethod
+    def of(outcome: Outcome) -> dict:
+        return {
+            "delivered": is_delivered(outcome.status),
+            "http_status": outcome.status,
+            "error": outcome.error,
+            "response_excerpt": outcome.excerpt,
+            "duration_ms": outcome.duration_ms,
+        }
+
+
+# Input
+
+
+class WebhookEndpointInputSerializer(StrictSerializer):
+    """A new endpoint (POST) or the fields to change (PATCH: any of them)."""
+
+    url = serializers.URLField(
+        max_length=2000,
+        help_text="Where events are POSTed: http(s), reaching a public address.",
+    )
+    event_types = event_types_field(required=False, default=list)
+    description = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default=""
+    )
+    enabled = serializers.BooleanField(required=False, default=True)
+    all_jobs = serializers.BooleanField(required=False, default=False, help_text=ALL_JOBS_HELP)
+
+    def validate_event_types(self, types: list[str]) -> list[str]:
+        return list(dict.fromkeys(types))
+
+    def validate_all_jobs(self, all_jobs: bool) -> bool:
+        # `selectors.visible`'s rule, fixed on the subscription: every job only for a client
+        # that may see every job.
+        if all_jobs and not self.context["request"].user.has_perm(VIEW_ALL):
+            raise serializers.ValidationError(
+                "Receiving every client's events needs the view_all_extractionjobs permission."
+            )
+        return all_jobs
+
+    def fields_to_save(self) -> dict:
+        """The validated fields under the model's names."""
+        fields = dict(self.validated_data)
+        if "enabled" in fields:
+            fields["active"] = fields.pop("enabled")
+        return fields
+
+
+class NoBodySerializer(StrictSerializer):
+    """Commands that take nothing: a field sent is refused, not ignored."""
