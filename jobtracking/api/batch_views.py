@@ -219,8 +219,12 @@ class BatchViewSet(
             raise PermissionDenied("Only the batch's own client adds jobs to it.")
         items = validated(BatchJobsSerializer, request)["jobs"]
         actor = api_actor(request)
+        # Called even with no valid item: a closed batch answers 409 whatever the items.
         body = bulk_results(
-            request, items, lambda news: batch_add_jobs(batch_id=batch.pk, items=news, actor=actor)
+            request,
+            items,
+            lambda news: batch_add_jobs(batch_id=batch.pk, items=news, actor=actor),
+            always=True,
         )
         return Response(body)
 

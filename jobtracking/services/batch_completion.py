@@ -84,10 +84,12 @@ def batches_complete(batch_ids: Collection[UUID]) -> list[UUID]:
 
 
 def batches_complete_on_commit(batch_ids: Collection[UUID]) -> None:
-    """Check these batches' completion once the current transaction has committed."""
+    """Check these batches' completion once the current transaction has committed. Robust: a
+    check that fails is logged and left to the safety net; it never fails the caller, whose
+    change has committed."""
     if batch_ids:
         ids = frozenset(batch_ids)
-        transaction.on_commit(lambda: batches_complete(ids))
+        transaction.on_commit(lambda: batches_complete(ids), robust=True)
 
 
 def batches_complete_due(limit: int = 1000) -> int:

@@ -155,6 +155,8 @@ def test_jobs_are_added_to_an_open_batch_and_a_closed_one_is_a_409(api, extracto
     assert closed["status"] == "running" and closed["total"] == 3
     refused = api.post(batch["links"]["add_jobs"], {"jobs": [item("d")]}, format="json")
     assert_problem(refused, 409, "batch_closed")
+    invalid = api.post(batch["links"]["add_jobs"], {"jobs": [{"file_id": "e"}]}, format="json")
+    assert_problem(invalid, 409, "batch_closed")
     assert not ExtractionJob.objects.filter(file_id="d").exists()
 
 
