@@ -2,6 +2,8 @@
 jobs, close, cancel, requeue; scoped and permitted as jobs are; and `POST /jobs/bulk/` with a
 `batch`."""
 
+from urllib.parse import urlsplit
+
 import pytest
 
 from jobtracking.models import Batch, ExtractionJob, JobEvent
@@ -209,3 +211,19 @@ def test_the_openapi_document_has_a_json_component_for_every_batch_body(api):
     }
     assert len(set(names.values())) == 4, names
     assert "batch" in schema["components"]["schemas"]["BulkCreateRequest"]["properties"]
+
+
+def as_path(url: str) -> str:
+    """An absolute link as an event writes it: the API's path (and query)."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def test_a_batch_events_payload_is_the_batch_as_get_shows_it(api, extractor):
+    batch = create(api, client_reference="r-1")["batch"]
+    (event,) = JobEvent.objects.filter(batch_id=batch["id"], type="batch.created")
+    shown = api.get(batch["links"]["self"]).json()
+    # Its links are paths, and it leaves out the failed jobs' list (events stay small).
+    shown["links"] = {name: as_path(url) for name, url in shown["links"].items()}
+    del shown["failures"]["jobs"], shown["failures"]["jobs_truncated"]
+    assert event.payload == shown
