@@ -19,7 +19,11 @@ Why it is neither missed nor doubled, under READ COMMITTED:
   for it. A process killed between its commit and its check leaves the completion to the
   safety net (`batches_complete_due`, run with `reap_stuck_jobs`), which runs the same UPDATE.
 - Requeueing a job of a completed (or cancelled) batch reopens it (`batches_reopen`, in the
-  requeue's transaction), so its next completion is published too."""
+  requeue's transaction), so its next completion is published too. A requeue racing a check
+  is caught either way: the requeue's write to the row waits for the check's lock and then
+  clears what the check recorded, or it committed first and the check, looking again for
+  active jobs once it holds the row (a fresh snapshot), sees the requeued job and records
+  nothing."""
 
 from collections.abc import Collection
 from uuid import UUID
@@ -77,6 +81,11 @@ def batches_complete(batch_ids: Collection[UUID]) -> list[UUID]:
                 )
                 if cursor.rowcount != 1:
                     continue
+            # Looked at again, holding the row, in a statement of its own (a fresh snapshot):
+            # a requeue that committed after the UPDATE's snapshot was taken is seen here.
+            if ExtractionJob.objects.filter(batch_id=pk, status__in=sorted(states.ACTIVE)).exists():
+                transaction.set_rollback(True)
+                continue
             batch = Batch.objects.select_related("requested_by").get(pk=pk)
             batch_events_write([batch], states.BATCH_COMPLETED)
             completed.append(pk)
@@ -103,7 +112,8 @@ def batches_complete_due(limit: int = 1000) -> int:
 
 def batches_reopen(batch_ids: Collection[UUID]) -> None:
     """A job of these batches runs again: a completed or cancelled one is neither any more,
-    and will complete (and say so) again. In the requeue's own transaction."""
-    Batch.objects.filter(pk__in=list(batch_ids)).exclude(
-        completed_at__isnull=True, cancelled_at__isnull=True
-    ).update(completed_at=None, cancelled_at=None)
+    and will complete (and say so) again. In the requeue's own transaction, and always
+    written, even when not completed yet: the write waits for a completion check holding the
+    row, so that either the check's second look sees the requeued job, or this clears the
+    completion it recorded."""
+    Batch.objects.filter(pk__in=list(batch_ids)).update(completed_at=None, cancelled_at=None)

@@ -7,7 +7,8 @@ from django.db import connection
 
 from jobtracking.errors import BatchClosedError
 from jobtracking.models import Batch, ExtractionJob, JobEvent
-from jobtracking.services import SYSTEM, Actor, NewJob, job_transition
+from jobtracking.services import SYSTEM, Actor, NewJob, job_requeue, job_transition
+from jobtracking.services.batch_completion import batches_complete
 from jobtracking.services.batches import batch_add_jobs, batch_close
 from tests.factories import BatchFactory, ExtractionJobFactory, ExtractorFactory
 from tests.jobtracking.services.test_concurrency import Held, race, without_waiting
@@ -90,3 +91,25 @@ def test_jobs_added_while_the_batch_closes_are_in_it_or_refused_whole(round_):
         assert count == 20
     # Either way, the closed batch completes only once its jobs have ended.
     assert completions(batch) == (1 if count == 0 else 0)
+
+
+@pytest.mark.parametrize("round_", range(5))
+def test_a_requeue_racing_the_completion_check_never_loses_the_next_completion(round_):
+    """The batch's last job has ended (its check not yet run) while a requeue of one of its
+    jobs runs: whichever wins, once the requeued job ends again the batch is completed and
+    its last batch.completed came after that end."""
+    batch = BatchFactory(closed=True)
+    ExtractionJobFactory(batch=batch, succeeded=True)
+    again = ExtractionJobFactory(batch=batch, failed=True)
+    outcomes = race(
+        lambda: batches_complete([batch.pk]),
+        lambda: job_requeue(job_id=again.pk, actor=SYSTEM),
+    )
+    assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+    for status in ("submitting", "submitted", "succeeded"):
+        move(again, status)()
+    ended = ExtractionJob.objects.get(pk=again.pk).completed_at
+    last = JobEvent.objects.filter(batch=batch, type="batch.completed").latest("id")
+    assert last.created_at >= ended
+    assert last.payload["by_status"]["succeeded"] == 2
+    assert Batch.objects.get(pk=batch.pk).completed_at is not None
