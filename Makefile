@@ -31,6 +31,7 @@ bench: install
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.api
 	.ci/with_postgres.sh $(PY) -m bench.operations
 	.ci/with_postgres.sh $(PY) -m bench.admin
+	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.batches
 
 # PORT and SANDBOX_PORT choose the ports (8000, 8765); VERBOSE=1 shows django-q2's task lines.
 run: install

@@ -58,3 +58,29 @@ def add_due_jobs(extractor_id: int, count: int, prefix: str) -> None:
         "due",
         [extractor_id, prefix, count],
     )
+
+
+def add_batch_jobs(
+    extractor_id: int, batch_id, count: int, prefix: str, requested_by_id: int, failed_every: int
+) -> None:
+    """`count` jobs of one batch: every `failed_every`th failed (with an error code), of the
+    rest seven in ten succeeded and three in ten still processing."""
+    _insert(
+        "status_id, error_code, created_at, completed_at, requested_by_id, batch_id",
+        "CASE WHEN n %% %s = 0 THEN 'failed' WHEN n %% 10 < 7 THEN 'succeeded' "
+        "ELSE 'processing' END, "
+        "CASE WHEN n %% %s = 0 THEN 'extraction_failed' ELSE '' END, "
+        "now() - n * interval '10 ms', "
+        "CASE WHEN n %% %s = 0 OR n %% 10 < 7 THEN now() - n * interval '5 ms' END, %s, %s",
+        "batch",
+        [
+            extractor_id,
+            prefix,
+            failed_every,
+            failed_every,
+            failed_every,
+            requested_by_id,
+            batch_id,
+            count,
+        ],
+    )

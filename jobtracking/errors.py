@@ -82,3 +82,22 @@ class IdempotencyKeyReusedError(ApplicationError):
 
     code = "idempotency_key_reused"
     http_status = 422
+
+
+class BatchNotFoundError(ApplicationError):
+    code = "batch_not_found"
+    http_status = 404
+
+
+class BatchClosedError(ApplicationError):
+    """The batch was closed (or cancelled): it takes no more jobs."""
+
+    code = "batch_closed"
+    http_status = 409
+
+
+class BatchReferenceExistsError(ApplicationError):
+    """The client already has a batch with this `client_reference`: `batch_id` names it."""
+
+    code = "batch_reference_exists"
+    http_status = 409

@@ -1,10 +1,11 @@
-"""The outbox's payloads: what an event says about its job."""
+"""The outbox's payloads: what an event says about its job or its batch."""
 
 import functools
 from typing import Any
 
-from jobtracking.models import ExtractionJob
-from jobtracking.representation import JobRepresentation
+from jobtracking.models import Batch, ExtractionJob
+from jobtracking.representation import JobRepresentation, batch_representation
+from jobtracking.selectors import batch_summary
 
 
 @functools.cache
@@ -25,3 +26,10 @@ def job_event_payload(job: ExtractionJob) -> dict[str, Any]:
     Reads no database: callers load the job's extractor and requester with it (the locked
     reads of `services.transitions` and `services.engine`; creation attaches both)."""
     return event_representation()(job)
+
+
+def batch_event_payload(batch: Batch) -> dict[str, Any]:
+    """The batch as `GET /api/v1/batches/<id>/` shows it at the moment of the event (its counts
+    then), without its failed jobs' list, and with links as the API's paths. Reads its jobs'
+    aggregate: call it in the transaction that writes the event."""
+    return batch_representation(batch, batch_summary(batch))

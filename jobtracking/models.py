@@ -75,6 +75,79 @@ class Priority(models.IntegerChoices):
         return self.name.lower()
 
 
+class Batch(models.Model):
+    """The files of one grant request, tracked as one unit. Its aggregate (counts by status,
+    progress, its status) is computed from its jobs (`selectors.batch_summary`), never kept in
+    this row: a job's transition never writes or waits on it. The row changes only when the
+    batch does: closed, cancelled, completed (`services.batches`)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="extraction_batches",
+        db_index=False,
+    )
+    # NULL, not "", for "none": the per-client unique constraint skips NULLs.
+    client_reference = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="The client's id for it (unique per client).",
+    )
+    metadata = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    request_fingerprint = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(
+        null=True, blank=True, help_text="From then on it takes no more jobs."
+    )
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    # Set once per completion by the one statement that publishes `batch.completed`
+    # (`services.batch_completion`); cleared when a job of it runs again.
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "batches"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["requested_by", "client_reference"],
+                condition=Q(client_reference__isnull=False),
+                name="batch_reference_per_client",
+                violation_error_message="This client already has a batch with this reference.",
+            ),
+            models.UniqueConstraint(
+                fields=["requested_by", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="batch_idempotency_key_per_user",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["requested_by", "-created_at"], name="batch_requester_created_idx"
+            ),
+            models.Index(fields=["-created_at"], name="batch_created_idx"),
+            # The safety net's look for closed batches whose completion was not recorded.
+            models.Index(
+                fields=["closed_at"],
+                condition=Q(
+                    closed_at__isnull=False, completed_at__isnull=True, cancelled_at__isnull=True
+                ),
+                name="batch_awaiting_completion_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.client_reference or str(self.id)
+
+    @property
+    def is_open(self) -> bool:
+        return self.closed_at is None
+
+
 class ExtractionJob(models.Model):
     """One request to one extractor for one file. Its status changes only through
     `jobtracking.services.transitions` (`jobs_transition`, `job_transition`)."""
@@ -107,6 +180,15 @@ class ExtractionJob(models.Model):
         db_index=False,
     )
     priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    # Indexed with the status below (`job_batch_status_idx`).
+    batch = models.ForeignKey(
+        Batch,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="jobs",
+        db_index=False,
+    )
     # NULL, not "", for "no key": the per-user unique constraint skips NULLs.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     # SHA-256 of the creating request, to tell a replay from a reuse of the key.
@@ -211,6 +293,15 @@ class ExtractionJob(models.Model):
             models.Index(fields=["external_job_id"], name="job_external_id_idx"),
             models.Index(SHORT_ID, name="job_short_id_idx"),
             models.Index(fields=["requested_by", "-created_at"], name="job_requester_created_idx"),
+            # A batch's aggregate, from the index alone (an index-only scan of its entries):
+            # counts by status, first and last moments, failures by error code. Only jobs of
+            # a batch are in it, so other jobs pay nothing for it.
+            models.Index(
+                fields=["batch", "status"],
+                include=["id", "created_at", "completed_at", "error_code"],
+                condition=Q(batch__isnull=False),
+                name="job_batch_status_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -327,14 +418,28 @@ class ExtractionResult(models.Model):
 
 class JobEvent(models.Model):
     """Transactional outbox: written in the same transaction as the change it describes.
-    The auto-increment id is the pull feed's cursor."""
+    The auto-increment id is the pull feed's cursor. An event is about one job or about one
+    batch (`batch.*` types)."""
 
     id = models.BigAutoField(primary_key=True)
     event_id = models.UUIDField(default=uuid7, unique=True, editable=False)
     job = models.ForeignKey(
-        ExtractionJob, on_delete=models.CASCADE, related_name="events", db_index=False
+        ExtractionJob,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="events",
+        db_index=False,
     )
-    type = models.CharField(max_length=30, choices=[(t, t) for t in states.EVENT_TYPES])
+    batch = models.ForeignKey(
+        Batch,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="events",
+        db_index=False,
+    )
+    type = models.CharField(max_length=30, choices=[(t, t) for t in states.OUTBOX_EVENT_TYPES])
     payload = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -343,10 +448,22 @@ class JobEvent(models.Model):
         indexes = [
             models.Index(fields=["type", "id"], name="event_type_id_idx"),
             models.Index(fields=["job", "id"], name="event_job_id_idx"),
+            models.Index(
+                fields=["batch", "id"],
+                condition=Q(batch__isnull=False),
+                name="event_batch_id_idx",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(job__isnull=False, batch__isnull=True)
+                | Q(job__isnull=True, batch__isnull=False),
+                name="event_of_a_job_or_a_batch",
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.type} {self.job_id}"
+        return f"{self.id} {self.type} {self.job_id or self.batch_id}"
 
 
 class WebhookSubscription(models.Model):
@@ -379,7 +496,7 @@ class WebhookSubscription(models.Model):
             check_public_url(self.url)
         except UnsafeURLError as error:
             raise ValidationError({"url": error.message}) from None
-        unknown = set(self.event_types or []) - set(states.EVENT_TYPES)
+        unknown = set(self.event_types or []) - set(states.OUTBOX_EVENT_TYPES)
         if unknown:
             raise ValidationError({"event_types": f"Unknown event types: {sorted(unknown)}"})
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.urls import reverse
 
-from jobtracking.models import ExtractionJob, Priority
+from jobtracking.models import Batch, ExtractionJob, Priority
 
 # The moments `JobRepresentation` writes, in the order clients read them.
 DATETIME_FIELDS = (
@@ -36,6 +36,16 @@ def moment(value: datetime.datetime | None) -> str | None:
 @functools.cache
 def jobs_path() -> str:
     return reverse("api:job-list")
+
+
+@functools.cache
+def batches_path() -> str:
+    return reverse("api:batch-list")
+
+
+def batches_url_beside(jobs_url: str) -> str:
+    """The batches' URL on the same service as `jobs_url` (absolute or a path)."""
+    return jobs_url[: len(jobs_url) - len(jobs_path())] + batches_path()
 
 
 def _seconds(start, end) -> float | None:
@@ -76,6 +86,7 @@ class JobRepresentation:
             "options": job.options,
             "metadata": job.metadata,
             "requested_by": job.requested_by.username if job.requested_by_id else None,
+            "batch": str(job.batch_id) if job.batch_id else None,
             "attempt": job.attempt,
             "submit_attempts": job.submit_attempts,
             "poll_count": job.poll_count,
@@ -90,8 +101,13 @@ class JobRepresentation:
             "updated_at": write(job.updated_at),
             "deadline_at": write(job.deadline_at),
             "durations": self.durations(job),
-            "links": self.links(pk),
+            "links": self.links(pk, job.batch_id),
         }
+
+    @functools.cached_property
+    def batches_url(self) -> str:
+        # Not at __init__: the docs' examples are written while the URLconf loads.
+        return batches_url_beside(self.jobs_url)
 
     @staticmethod
     def has_upload(job: ExtractionJob) -> bool:
@@ -111,7 +127,7 @@ class JobRepresentation:
             "turnaround_seconds": turnaround.total_seconds() if turnaround is not None else None,
         }
 
-    def links(self, pk: str) -> dict[str, str]:
+    def links(self, pk: str, batch_id=None) -> dict[str, str | None]:
         own = f"{self.jobs_url}{pk}/"
         return {
             "self": own,
@@ -119,6 +135,7 @@ class JobRepresentation:
             "result": own + "result/",
             "cancel": own + "cancel/",
             "requeue": own + "requeue/",
+            "batch": f"{self.batches_url}{batch_id}/" if batch_id else None,
         }
 
 
@@ -126,3 +143,58 @@ def job_representation(job: ExtractionJob, *, jobs_url: str | None = None) -> di
     """One job as clients see it (see `JobRepresentation`; a response of many jobs makes one
     `JobRepresentation` for all of them)."""
     return JobRepresentation(jobs_url=jobs_url)(job)
+
+
+def batch_representation(
+    batch: Batch, summary, *, batches_url: str | None = None, jobs_url: str | None = None
+) -> dict[str, Any]:
+    """A batch as clients see it: `GET /api/v1/batches/<id>/` and its events' payloads (whose
+    links are the API's paths). `summary` is its `selectors.BatchSummary`; its failed jobs are
+    listed when it holds them (a batch's own page), not in lists and events."""
+    batches_url = batches_path() if batches_url is None else batches_url
+    jobs_url = jobs_path() if jobs_url is None else jobs_url
+    pk = str(batch.pk)
+    own = f"{batches_url}{pk}/"
+    failures: dict[str, Any] = {"count": summary.failed, "by_error_code": summary.failures_by_code}
+    if summary.failed_jobs is not None:
+        failures["jobs"] = [
+            {
+                "id": str(job.pk),
+                "status": job.status_id,
+                "file_id": job.file_id,
+                "file_name": job.file_name,
+                "error": JobRepresentation.error(job),
+                "completed_at": moment(job.completed_at),
+                "link": f"{jobs_url}{job.pk}/",
+            }
+            for job in summary.failed_jobs
+        ]
+        failures["jobs_truncated"] = summary.failed > len(summary.failed_jobs)
+    return {
+        "id": pk,
+        "client_reference": batch.client_reference,
+        "metadata": batch.metadata,
+        "requested_by": batch.requested_by.username if batch.requested_by_id else None,
+        "status": summary.status(batch),
+        "total": summary.total,
+        "active": summary.active,
+        "by_status": summary.by_status,
+        "progress": summary.progress,
+        "failures": failures,
+        "created_at": moment(batch.created_at),
+        "closed_at": moment(batch.closed_at),
+        "cancelled_at": moment(batch.cancelled_at),
+        "completed_at": moment(batch.completed_at),
+        "first_job_created_at": moment(summary.first_created_at),
+        "last_job_created_at": moment(summary.last_created_at),
+        "first_job_completed_at": moment(summary.first_completed_at),
+        "last_job_completed_at": moment(summary.last_completed_at),
+        "links": {
+            "self": own,
+            "jobs": f"{jobs_url}?batch={pk}",
+            "add_jobs": own + "jobs/",
+            "close": own + "close/",
+            "cancel": own + "cancel/",
+            "requeue": own + "requeue/",
+        },
+    }

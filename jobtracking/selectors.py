@@ -1,13 +1,16 @@
 """Reads: what a user may see, and figures about jobs."""
 
 import contextlib
+import datetime
 import uuid
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
-from django.db.models import Count, Min, Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, Max, Min, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from jobtracking import states
@@ -15,6 +18,7 @@ from jobtracking.models import (
     ACTIVE_STATUS,
     SHORT_ID,
     TURNAROUND,
+    Batch,
     DeliveryAttempt,
     ExtractionJob,
     JobEvent,
@@ -28,14 +32,21 @@ VIEW_ALL = "jobtracking.view_all_extractionjobs"
 MANAGE_ALL = "jobtracking.manage_all_extractionjobs"
 
 
-def visible(rows: QuerySet, *, user: AbstractBaseUser, via: str = "job") -> QuerySet:
-    """The one scoping rule, for jobs and everything derived from one (results, events,
-    deliveries, audit rows): the rows whose job `user` may see, reached through the relation
-    path `via` ("" for jobs themselves). A user sees the jobs they requested, or every job with
-    the view-all permission."""
+def visible(
+    rows: QuerySet, *, user: AbstractBaseUser, via: str | tuple[str, ...] = "job"
+) -> QuerySet:
+    """The one scoping rule, for jobs and batches and everything derived from one (results,
+    events, deliveries, audit rows): the rows whose job or batch `user` may see, reached through
+    the relation path `via` ("" for jobs and batches themselves; several paths: through any of
+    them, as an event is of a job or of a batch). A user sees the jobs and batches they
+    requested, or every one with the view-all permission."""
     if user.has_perm(VIEW_ALL):
         return rows
-    return rows.filter(**{f"{via}__requested_by" if via else "requested_by": user})
+    paths = (via,) if isinstance(via, str) else via
+    owned = Q()
+    for path in paths:
+        owned |= Q(**{f"{path}__requested_by" if path else "requested_by": user})
+    return rows.filter(owned)
 
 
 def job_list(*, user: AbstractBaseUser) -> QuerySet[ExtractionJob]:
@@ -48,6 +59,11 @@ def job_may_act(*, user: AbstractBaseUser, job: ExtractionJob) -> bool:
     """Whether `user` may cancel or requeue `job` (holding that action's permission too): their
     own job, or any with the manage-all permission. Seeing every job (view-all) is not enough."""
     return job.requested_by_id == user.pk or user.has_perm(MANAGE_ALL)
+
+
+def job_may_act_on_batch(*, user: AbstractBaseUser, batch: Batch) -> bool:
+    """`job_may_act`'s rule for a batch: its own client, or manage-all."""
+    return batch.requested_by_id == user.pk or user.has_perm(MANAGE_ALL)
 
 
 def job_search(jobs: QuerySet[ExtractionJob], term: str) -> QuerySet[ExtractionJob]:
@@ -63,10 +79,10 @@ def job_search(jobs: QuerySet[ExtractionJob], term: str) -> QuerySet[ExtractionJ
 
 
 def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEvent]:
-    """Events of the jobs `user` may see, older than `settle` so that ids no longer appear out
-    of commit order."""
+    """Events of the jobs and batches `user` may see, older than `settle` so that ids no
+    longer appear out of commit order."""
     events = JobEvent.objects.filter(created_at__lte=timezone.now() - settle)
-    return visible(events, user=user)
+    return visible(events, user=user, via=("job", "batch"))
 
 
 def webhook_endpoint_list(*, user: AbstractBaseUser) -> QuerySet[WebhookSubscription]:
@@ -188,3 +204,166 @@ LIVENESS_WINDOWS = {"cluster": timedelta(seconds=180), "dispatcher": timedelta(s
 
 def heartbeats(*, kind: str, within: timedelta) -> list[ServiceHeartbeat]:
     return list(ServiceHeartbeat.objects.filter(kind=kind, beat_at__gte=timezone.now() - within))
+
+
+# Batches
+
+
+BATCH_OPEN = "open"
+BATCH_RUNNING = "running"
+BATCH_COMPLETED = "completed"
+BATCH_COMPLETED_WITH_FAILURES = "completed_with_failures"
+BATCH_CANCELLED = "cancelled"
+BATCH_STATUSES = (
+    BATCH_OPEN,
+    BATCH_RUNNING,
+    BATCH_COMPLETED,
+    BATCH_COMPLETED_WITH_FAILURES,
+    BATCH_CANCELLED,
+)
+# A job that ended without its result.
+FAILURE_STATUSES = states.TERMINAL - {states.SUCCEEDED}
+# How many of a batch's failed jobs its page lists (their counts by error code are whole).
+BATCH_FAILURES_SHOWN = 100
+
+
+def batch_status(*, closed: bool, cancelled: bool, active: bool, failures: bool) -> str:
+    """A batch's status, from its row and its jobs: cancelled; open while it takes jobs; then
+    running while any job is active; then completed, with failures if any job ended without
+    its result. `batch_status_filter` is the same rule as a query."""
+    if cancelled:
+        return BATCH_CANCELLED
+    if not closed:
+        return BATCH_OPEN
+    if active:
+        return BATCH_RUNNING
+    return BATCH_COMPLETED_WITH_FAILURES if failures else BATCH_COMPLETED
+
+
+def batch_has_jobs(statuses: Collection[str]) -> Exists:
+    """Whether the batch (the outer query's row) has a job in one of `statuses`."""
+    return Exists(
+        ExtractionJob.objects.filter(batch_id=OuterRef("pk"), status__in=sorted(statuses))
+    )
+
+
+def batch_status_filter(status: str) -> Q:
+    """The batches whose `batch_status` is `status`, as a filter (each test an index probe)."""
+    live = Q(cancelled_at__isnull=True)
+    done = live & Q(closed_at__isnull=False) & ~batch_has_jobs(states.ACTIVE)
+    return {
+        BATCH_CANCELLED: Q(cancelled_at__isnull=False),
+        BATCH_OPEN: live & Q(closed_at__isnull=True),
+        BATCH_RUNNING: live & Q(closed_at__isnull=False) & batch_has_jobs(states.ACTIVE),
+        BATCH_COMPLETED: done & ~batch_has_jobs(FAILURE_STATUSES),
+        BATCH_COMPLETED_WITH_FAILURES: done & batch_has_jobs(FAILURE_STATUSES),
+    }[status]
+
+
+@dataclass
+class BatchSummary:
+    """A batch's aggregate, computed from its jobs (`batch_summaries`)."""
+
+    by_status: dict[str, int] = field(
+        default_factory=lambda: {code: 0 for code, *_ in states.STATUSES}
+    )
+    failures_by_code: dict[str, int] = field(default_factory=dict)
+    first_created_at: datetime.datetime | None = None
+    last_created_at: datetime.datetime | None = None
+    first_completed_at: datetime.datetime | None = None
+    last_completed_at: datetime.datetime | None = None
+    # The first failed jobs (`BATCH_FAILURES_SHOWN`), when asked for.
+    failed_jobs: list[ExtractionJob] | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+    @property
+    def active(self) -> int:
+        return sum(self.by_status[status] for status in states.ACTIVE)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.by_status[status] for status in FAILURE_STATUSES)
+
+    @property
+    def progress(self) -> float:
+        """The share of its jobs that have ended, in percent."""
+        total = self.total
+        return round(100 * (total - self.active) / total, 1) if total else 0.0
+
+    def status(self, batch: Batch) -> str:
+        return batch_status(
+            closed=batch.closed_at is not None,
+            cancelled=batch.cancelled_at is not None,
+            active=self.active > 0,
+            failures=self.failed > 0,
+        )
+
+
+def _earliest(a, b):
+    return b if a is None or (b is not None and b < a) else a
+
+
+def _latest(a, b):
+    return b if a is None or (b is not None and b > a) else a
+
+
+def batch_summaries(
+    batch_ids: Collection[uuid.UUID], *, with_failed_jobs: bool = False
+) -> dict[uuid.UUID, BatchSummary]:
+    """The aggregates of these batches, in one query that the index `job_batch_status_idx`
+    answers alone (counts by status and error code, first and last moments), and with
+    `with_failed_jobs` their first failed jobs (one more query each)."""
+    summaries = {pk: BatchSummary() for pk in batch_ids}
+    rows = (
+        ExtractionJob.objects.filter(batch_id__in=list(batch_ids))
+        .order_by()
+        .values_list("batch_id", "status", "error_code")
+        .annotate(
+            n=Count("*"),
+            first_created=Min("created_at"),
+            last_created=Max("created_at"),
+            first_completed=Min("completed_at"),
+            last_completed=Max("completed_at"),
+        )
+    )
+    for batch_id, status, code, n, first_created, last_created, first_done, last_done in rows:
+        summary = summaries[batch_id]
+        summary.by_status[status] += n
+        if status in FAILURE_STATUSES:
+            key = code or status  # a cancelled job has no error code
+            summary.failures_by_code[key] = summary.failures_by_code.get(key, 0) + n
+        summary.first_created_at = _earliest(summary.first_created_at, first_created)
+        summary.last_created_at = _latest(summary.last_created_at, last_created)
+        summary.first_completed_at = _earliest(summary.first_completed_at, first_done)
+        summary.last_completed_at = _latest(summary.last_completed_at, last_done)
+    if with_failed_jobs:
+        for pk, summary in summaries.items():
+            summary.failed_jobs = batch_failed_jobs(pk) if summary.failed else []
+    return summaries
+
+
+def batch_failed_jobs(batch_id: uuid.UUID) -> list[ExtractionJob]:
+    """The batch's first `BATCH_FAILURES_SHOWN` failed jobs, in the order they ended: chosen
+    from the index alone, then read by their keys."""
+    first = (
+        ExtractionJob.objects.filter(batch_id=batch_id, status__in=sorted(FAILURE_STATUSES))
+        .order_by("completed_at", "pk")
+        .values("pk")[:BATCH_FAILURES_SHOWN]
+    )
+    return list(
+        ExtractionJob.objects.filter(pk__in=first)
+        .only("id", "status", "file_id", "file_name", "error_code", "error_message", "completed_at")
+        .order_by("completed_at", "pk")
+    )
+
+
+def batch_summary(batch: Batch, *, with_failed_jobs: bool = False) -> BatchSummary:
+    return batch_summaries([batch.pk], with_failed_jobs=with_failed_jobs)[batch.pk]
+
+
+def batch_list(*, user: AbstractBaseUser) -> QuerySet[Batch]:
+    """The batches `user` may see (`visible`: their own, or all with view-all)."""
+    return visible(Batch.objects.select_related("requested_by"), user=user, via="")

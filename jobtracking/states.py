@@ -47,6 +47,14 @@ EVENT_TYPES: tuple[str, ...] = (
     EVENT_REQUEUED,
 )
 
+# A batch's events (`services.batches`, `services.batch_completion`), through the same outbox.
+BATCH_CREATED = "batch.created"
+BATCH_COMPLETED = "batch.completed"
+BATCH_CANCELLED = "batch.cancelled"
+BATCH_EVENT_TYPES: tuple[str, ...] = (BATCH_CREATED, BATCH_COMPLETED, BATCH_CANCELLED)
+# Every type the outbox carries, the feed filters by and webhooks subscribe to.
+OUTBOX_EVENT_TYPES = EVENT_TYPES + BATCH_EVENT_TYPES
+
 TRANSITIONS: Mapping[tuple[str | None, str], str | None] = {
     (None, PENDING): EVENT_CREATED,
     (PENDING, SUBMITTING): None,

@@ -9,6 +9,7 @@ from jobtracking import states
 from jobtracking.events import job_event_payload
 from jobtracking.models import (
     ActorType,
+    Batch,
     DeliveryState,
     ExtractionJob,
     ExtractionResult,
@@ -46,6 +47,18 @@ class ExtractorFactory(factory.django.DjangoModelFactory):
             api_key_env="EXTRACTOR_TEST_AZURE_KEY",
         )
         disabled = factory.Trait(enabled=False)
+
+
+class BatchFactory(factory.django.DjangoModelFactory):
+    """A batch written directly (arrange only: acting goes through `services.batches`)."""
+
+    class Meta:
+        model = Batch
+
+    requested_by = factory.SubFactory(UserFactory)
+
+    class Params:
+        closed = factory.Trait(closed_at=factory.LazyFunction(timezone.now))
 
 
 class ExtractionJobFactory(factory.django.DjangoModelFactory):

@@ -50,7 +50,7 @@ def event_type_labels(types: list[str] | None):
 
 class SubscriptionForm(forms.ModelForm):
     event_types = forms.MultipleChoiceField(
-        choices=[(t, t) for t in states.EVENT_TYPES],
+        choices=[(t, t) for t in states.OUTBOX_EVENT_TYPES],
         widget=forms.CheckboxSelectMultiple,
         required=False,
         help_text="None ticked: every event type, including ones added later.",

@@ -61,6 +61,7 @@ EVENT_EXAMPLE = {
     "event_id": "01939f4c-8b10-7c2a-b3d4-5e6f7a8b9c0d",
     "type": "job.processing",
     "job": JOB_ID,
+    "batch": None,
     "created_at": moment(STARTED),
     # The job as it was when it started.
     "payload": job_representation(
@@ -251,4 +252,74 @@ readyz_docs = extend_schema(
     "recently; 503 otherwise, with the failing checks. `degraded: true` (still ready) names "
     "the extractors whose circuit is open or paused under `checks.extractors`.",
     tags=["health"],
+)
+
+BATCH_REQUEST = OpenApiExample(
+    "A grant request's files",
+    value={
+        "client_reference": "grant-request-4711",
+        "metadata": {"grant_id": 4711},
+        "close": True,
+        "jobs": [
+            {
+                "extractor": "azure-layout",
+                "file_id": "grant-4711/budget.pdf",
+                "source_url": "https://files.fluxx.example/grants/4711/budget.pdf",
+            },
+            {
+                "extractor": "azure-layout",
+                "file_id": "grant-4711/audit.pdf",
+                "source_url": "https://files.fluxx.example/grants/4711/audit.pdf",
+            },
+        ],
+    },
+    request_only=True,
+)
+
+batches_docs = extend_schema_view(
+    list=extend_schema(
+        summary="List batches",
+        description="The batches this client may see, newest first, a cursor page at a time, "
+        "each with its counts by status, progress and status. Filter by `status` (open, "
+        "running, completed, completed_with_failures, cancelled) or `client_reference`.",
+    ),
+    retrieve=extend_schema(
+        summary="Get a batch",
+        description="One batch's aggregate, computed from its jobs: counts by status, "
+        "progress, its status, first and last moments, its failures by error code and its "
+        "first 100 failed jobs. Its jobs themselves: `GET /api/v1/jobs/?batch=<id>`.",
+    ),
+    create=extend_schema(
+        summary="Create a batch",
+        description="A batch with up to 500 jobs (URL sources), each item validated and "
+        "created as in `POST /jobs/bulk/` with its own outcome. `client_reference` (your id "
+        "for it) is unique among your batches (409 `batch_reference_exists`). `close: true` "
+        "creates it closed; otherwise add jobs with `POST /batches/{id}/jobs/` and close it. "
+        "With an `Idempotency-Key`, a replay answers 200 with the batch. Publishes "
+        "`batch.created`; `batch.completed` follows once it is closed and its jobs have all "
+        "ended.",
+        examples=[BATCH_REQUEST],
+    ),
+    jobs=extend_schema(
+        summary="Add jobs to a batch",
+        description="Up to 500 more jobs, as in `POST /jobs/bulk/`, while the batch is open; "
+        "a closed batch answers 409 `batch_closed`. Only the batch's own client adds jobs.",
+    ),
+    close=extend_schema(
+        summary="Close a batch",
+        description="The batch takes no more jobs; once its jobs have all ended (at once if "
+        "they have) it completes and `batch.completed` is published, once. Closing a closed "
+        "batch changes nothing.",
+    ),
+    cancel=extend_schema(
+        summary="Cancel a batch",
+        description="Closes the batch and cancels each of its active jobs (each audited, with "
+        "the reason), then publishes `batch.cancelled` with the counts.",
+    ),
+    requeue=extend_schema(
+        summary="Requeue a batch's failures",
+        description="Starts a new attempt of each of its jobs that failed, timed out or was "
+        'cancelled, and of its succeeded ones with `"force": true`, each audited as a '
+        "job's requeue. The batch runs again and completes (and says so) again.",
+    ),
 )

@@ -6,8 +6,8 @@ from django_filters.fields import IsoDateTimeField
 
 from extraction.errors import ErrorCode
 from jobtracking import states
-from jobtracking.models import ExtractionJob, JobEvent, Priority
-from jobtracking.selectors import job_search
+from jobtracking.models import Batch, ExtractionJob, JobEvent, Priority
+from jobtracking.selectors import BATCH_STATUSES, batch_status_filter, job_search
 
 
 class UtcIsoDateTimeField(IsoDateTimeField):
@@ -45,6 +45,7 @@ class JobFilterSet(django_filters.FilterSet):
     requested_by = django_filters.CharFilter(
         field_name="requested_by__username", help_text="Username of the requesting client."
     )
+    batch = django_filters.UUIDFilter(field_name="batch_id", help_text="A batch's id.")
     created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     completed_after = UtcIsoDateTimeFilter(field_name="completed_at", lookup_expr="gte")
@@ -72,10 +73,24 @@ class EventFilterSet(django_filters.FilterSet):
         field_name="id", lookup_expr="gt", help_text="Only events with a larger id (the cursor)."
     )
     type = django_filters.MultipleChoiceFilter(
-        distinct=False, choices=[(t, t) for t in states.EVENT_TYPES]
+        distinct=False, choices=[(t, t) for t in states.OUTBOX_EVENT_TYPES]
     )
     job = django_filters.UUIDFilter(field_name="job_id")
 
     class Meta:
         model = JobEvent
         fields = []
+
+
+class BatchFilterSet(django_filters.FilterSet):
+    status = django_filters.ChoiceFilter(
+        choices=[(status, status) for status in BATCH_STATUSES], method="filter_status"
+    )
+    client_reference = django_filters.CharFilter()
+
+    class Meta:
+        model = Batch
+        fields = []
+
+    def filter_status(self, queryset, name, value):
+        return queryset.filter(batch_status_filter(value))

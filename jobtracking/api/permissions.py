@@ -12,6 +12,17 @@ JOB_ACTIONS = {
     "requeue": "jobtracking.requeue_extractionjob",
 }
 
+# A batch's actions need what the same action on its jobs needs.
+BATCH_ACTIONS = {
+    "list": JOB_ACTIONS["list"],
+    "retrieve": JOB_ACTIONS["retrieve"],
+    "create": JOB_ACTIONS["bulk"],
+    "jobs": JOB_ACTIONS["bulk"],
+    "close": JOB_ACTIONS["bulk"],
+    "cancel": JOB_ACTIONS["cancel"],
+    "requeue": JOB_ACTIONS["requeue"],
+}
+
 
 class ActionPermission(BasePermission):
     """Model permissions per viewset action (or per HTTP method on plain views); the view names

@@ -42,6 +42,7 @@ PROBLEMS = {
         "The endpoint has no such delivery (or not of a job this client may see). List them "
         "with GET /api/v1/webhook_endpoints/{id}/deliveries/.",
     ),
+    "batch_not_found": (404, "No such batch, or not one this client may see."),
     "method_not_allowed": (405, "This endpoint does not accept that HTTP method; see `Allow`."),
     "not_acceptable": (406, "No representation matches the Accept header; ask for JSON."),
     "result_not_ready": (
@@ -64,6 +65,15 @@ PROBLEMS = {
         409,
         "An active job already exists for this extractor and file_id; `job_id` names it. Wait for "
         "it or cancel it first.",
+    ),
+    "batch_closed": (
+        409,
+        "The batch is closed (or cancelled): it takes no more jobs. Create a new batch for them.",
+    ),
+    "batch_reference_exists": (
+        409,
+        "This client already has a batch with this `client_reference`; `batch_id` names it. "
+        "Add jobs to that one, or use another reference.",
     ),
     "payload_too_large": (413, "The body or upload is larger than allowed; `limit` says how much."),
     "unsupported_media_type": (

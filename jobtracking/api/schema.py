@@ -13,7 +13,7 @@ ERROR_STATUSES = {
     "403": "Missing permission",
     "404": "Not found (or not yours)",
     "405": "Method not allowed",
-    "409": "Conflict with the job's state or another active job",
+    "409": "Conflict with the job's or batch's state, or another active job",
     "413": "Upload too large",
     "415": "Unsupported media type",
     "422": "Idempotency-Key reused with a different request",
@@ -44,6 +44,7 @@ EXAMPLE_EXTRAS = {
     "active_job_exists": {"job_id": "01939f4c-7a2e-7d4b-9a61-3f2b8c9d0e1f"},
     "invalid_transition": {"current_status": "succeeded"},
     "payload_too_large": {"limit": 52428800},
+    "batch_reference_exists": {"batch_id": "01939f4c-6f00-7a1b-8c2d-3e4f5a6b7c8d"},
 }
 
 

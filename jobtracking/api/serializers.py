@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 from rest_framework.utils import json as strict_json
 
@@ -26,6 +26,7 @@ from jobtracking.models import (
     Priority,
 )
 from jobtracking.representation import DATETIME_FIELDS, JobRepresentation, jobs_path
+from jobtracking.selectors import BATCH_STATUSES
 from jobtracking.services.creation import NewJob
 
 # Output
@@ -54,6 +55,7 @@ class LinksSerializer(serializers.Serializer):
     result = serializers.CharField()
     cancel = serializers.CharField()
     requeue = serializers.CharField()
+    batch = serializers.CharField(allow_null=True, help_text="Its batch's; null if none.")
 
 
 class PriorityField(serializers.ChoiceField):
@@ -102,6 +104,9 @@ class ExtractionJobSerializer(UtcModelSerializer):
     priority = PriorityField(read_only=True, help_text=PRIORITY_HELP)
     extractor = serializers.CharField(source="extractor.slug")
     requested_by = serializers.CharField(source="requested_by.username", default=None)
+    batch = serializers.UUIDField(
+        source="batch_id", allow_null=True, help_text="The batch it belongs to; null if none."
+    )
     has_upload = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     durations = serializers.SerializerMethodField()
@@ -124,6 +129,7 @@ class ExtractionJobSerializer(UtcModelSerializer):
             "options",
             "metadata",
             "requested_by",
+            "batch",
             "attempt",
             "submit_attempts",
             "poll_count",
@@ -166,8 +172,78 @@ class ExtractionJobSerializer(UtcModelSerializer):
         return JobRepresentation.durations(job)
 
     @extend_schema_field(LinksSerializer)
-    def get_links(self, job: ExtractionJob) -> dict[str, str]:
-        return self._representation().links(str(job.pk))
+    def get_links(self, job: ExtractionJob) -> dict[str, str | None]:
+        return self._representation().links(str(job.pk), job.batch_id)
+
+
+class BatchErrorJobSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.CharField()
+    file_id = serializers.CharField()
+    file_name = serializers.CharField()
+    error = ErrorSerializer(allow_null=True, help_text="Null for a job cancelled without one.")
+    completed_at = serializers.CharField(allow_null=True)
+    link = serializers.CharField()
+
+
+class BatchFailuresSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="Jobs that ended without their result.")
+    by_error_code = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Those jobs by error code (a cancelled job without one counts as `cancelled`).",
+    )
+    jobs = BatchErrorJobSerializer(
+        many=True,
+        required=False,
+        help_text="The first of them in the order they ended (at most 100); only on the "
+        "batch's own page.",
+    )
+    jobs_truncated = serializers.BooleanField(
+        required=False, help_text="More failed than listed: page them with links.jobs."
+    )
+
+
+class BatchLinksSerializer(serializers.Serializer):
+    self = serializers.CharField()
+    jobs = serializers.CharField(help_text="Its jobs: the jobs list filtered by this batch.")
+    add_jobs = serializers.CharField()
+    close = serializers.CharField()
+    cancel = serializers.CharField()
+    requeue = serializers.CharField()
+
+
+class BatchSerializer(serializers.Serializer):
+    """A batch as `representation.batch_representation` writes it (the API's answers are
+    rendered through these fields, so they never show an undocumented one)."""
+
+    id = serializers.UUIDField()
+    client_reference = serializers.CharField(allow_null=True)
+    metadata = serializers.DictField()
+    requested_by = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(
+        choices=BATCH_STATUSES,
+        help_text="open: it takes jobs. running: closed, jobs still active. completed: closed, "
+        "every job succeeded. completed_with_failures: closed, every job ended, some without "
+        "their result. cancelled.",
+    )
+    total = serializers.IntegerField(help_text="Its jobs.")
+    active = serializers.IntegerField(help_text="Its jobs not yet ended.")
+    by_status = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Its jobs by status (every status)."
+    )
+    progress = serializers.FloatField(help_text="The share of its jobs that ended, in percent.")
+    failures = BatchFailuresSerializer()
+    created_at = serializers.CharField()
+    closed_at = serializers.CharField(allow_null=True)
+    cancelled_at = serializers.CharField(allow_null=True)
+    completed_at = serializers.CharField(
+        allow_null=True, help_text="When batch.completed was published; null until then."
+    )
+    first_job_created_at = serializers.CharField(allow_null=True)
+    last_job_created_at = serializers.CharField(allow_null=True)
+    first_job_completed_at = serializers.CharField(allow_null=True)
+    last_job_completed_at = serializers.CharField(allow_null=True)
+    links = BatchLinksSerializer()
 
 
 class JobStatusChangeSerializer(UtcModelSerializer):
@@ -224,17 +300,31 @@ class ExtractionResultSerializer(UtcModelSerializer):
 
 
 class JobEventSerializer(UtcModelSerializer):
-    job = serializers.UUIDField(source="job_id")
+    job = serializers.UUIDField(
+        source="job_id", allow_null=True, help_text="The job of a job.* event; null otherwise."
+    )
+    batch = serializers.UUIDField(
+        source="batch_id",
+        allow_null=True,
+        help_text="The batch of a batch.* event; null otherwise.",
+    )
     payload = serializers.SerializerMethodField(
-        help_text="The job as GET /api/v1/jobs/{id}/ showed it at the event, its links as "
-        "paths (/api/v1/jobs/{id}/) rather than absolute URLs."
+        help_text="The job (job.* events) as GET /api/v1/jobs/{id}/ showed it at the event, or "
+        "the batch (batch.* events) as GET /api/v1/batches/{id}/ showed it (without its failed "
+        "jobs' list); links as paths (/api/v1/jobs/{id}/) rather than absolute URLs."
     )
 
     class Meta:
         model = JobEvent
-        fields = ["id", "event_id", "type", "job", "created_at", "payload"]
+        fields = ["id", "event_id", "type", "job", "batch", "created_at", "payload"]
 
-    @extend_schema_field(ExtractionJobSerializer)
+    @extend_schema_field(
+        PolymorphicProxySerializer(
+            component_name="EventPayload",
+            serializers=[ExtractionJobSerializer, BatchSerializer],
+            resource_type_field_name=None,
+        )
+    )
     def get_payload(self, event: JobEvent) -> dict[str, Any]:
         return event.payload
 
@@ -560,10 +650,11 @@ class ObjectField(serializers.Field):
         return value
 
 
-class BulkCreateSerializer(StrictSerializer):
-    jobs = serializers.ListField(
+def jobs_field(*, min_length: int = 1) -> serializers.ListField:
+    """A bulk body's `jobs`: items each validated as a JSON create (`BulkItemValidator`)."""
+    return serializers.ListField(
         child=ObjectField(),
-        min_length=1,
+        min_length=min_length,
         max_length=settings.JOBS_BULK_MAX,
         help_text="Job objects as for a single JSON create (source_url only).",
         # DRF's own read "Ensure this field has at least 1 elements."
@@ -572,6 +663,39 @@ class BulkCreateSerializer(StrictSerializer):
             "max_length": "Give at most {max_length} jobs a request; send the rest in another.",
         },
     )
+
+
+class BatchFieldsSerializer(StrictSerializer):
+    """A new batch's own fields."""
+
+    client_reference = serializers.CharField(
+        max_length=255,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Your id for it (e.g. the grant request's); unique among your batches.",
+    )
+    metadata = JsonObjectField(
+        cap_setting="JOBS_METADATA_MAX_BYTES", required=False, default=dict, initial=dict
+    )
+    close = serializers.BooleanField(
+        default=False, help_text="Create it closed: it takes no more jobs."
+    )
+
+
+class BulkCreateSerializer(StrictSerializer):
+    jobs = jobs_field()
+    batch = BatchFieldsSerializer(
+        required=False, help_text="Create a batch holding the created jobs."
+    )
+
+
+class BatchCreateSerializer(BatchFieldsSerializer):
+    jobs = jobs_field(min_length=0)
+
+
+class BatchJobsSerializer(StrictSerializer):
+    jobs = jobs_field()
 
 
 class BulkItemSerializer(serializers.Serializer):
@@ -585,6 +709,37 @@ class BulkResultSerializer(serializers.Serializer):
     created = serializers.IntegerField()
     failed = serializers.IntegerField()
     results = BulkItemSerializer(many=True)
+    batch = BatchSerializer(
+        allow_null=True, help_text="The batch created with the jobs (with `batch`); else null."
+    )
+
+
+class BatchCreateResultSerializer(serializers.Serializer):
+    batch = BatchSerializer()
+    created = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    results = BulkItemSerializer(
+        many=True, help_text="Each item's outcome, in order (empty on an idempotent replay)."
+    )
+
+
+class BatchJobsResultSerializer(serializers.Serializer):
+    created = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    results = BulkItemSerializer(many=True)
+
+
+class RefusalSerializer(serializers.Serializer):
+    job = serializers.UUIDField()
+    code = serializers.CharField()
+    detail = serializers.CharField()
+
+
+class BatchOperationResultSerializer(serializers.Serializer):
+    batch = BatchSerializer()
+    moved = serializers.IntegerField(help_text="Jobs cancelled or requeued.")
+    refused = serializers.IntegerField(help_text="Jobs left as they were.")
+    refusals = RefusalSerializer(many=True, help_text="Why, for the first 100 of them.")
 
 
 class JobActionSerializer(StrictSerializer):
@@ -601,3 +756,14 @@ class JobRequeueSerializer(JobActionSerializer):
         allow_null=True,
         help_text="The new attempt's priority (default: the job's own).",
     )
+
+
+class BatchCancelSerializer(JobActionSerializer):
+    """A batch's cancel: why (recorded on each job's audit row)."""
+
+
+class BatchRequeueSerializer(JobRequeueSerializer):
+    """A batch's requeue: as a job's, for each of its failed jobs (its succeeded ones too with
+    `force`)."""
+
+    force = serializers.BooleanField(default=False, help_text="Requeue its succeeded jobs too.")

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from jobtracking.api import views
+from jobtracking.api import batch_views, views
 from jobtracking.api.webhook_endpoints import WebhookEndpointViewSet
 
 app_name = "api"
@@ -10,6 +10,7 @@ router = DefaultRouter()
 router.register("jobs", views.ExtractionJobViewSet, basename="job")
 router.register("extractors", views.ExtractorViewSet, basename="extractor")
 router.register("statuses", views.JobStatusViewSet, basename="status")
+router.register("batches", batch_views.BatchViewSet, basename="batch")
 router.register("events", views.JobEventViewSet, basename="event")
 router.register("webhook_endpoints", WebhookEndpointViewSet, basename="webhook_endpoint")
 

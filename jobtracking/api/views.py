@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.filters import OrderingFilter
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
@@ -18,7 +18,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
-from jobtracking.api.bulk_validation import BulkItemValidator
+from jobtracking.api.batch_views import batch_body, new_batch
+from jobtracking.api.bulk import api_actor, bulk_results, check_priority, validated
 from jobtracking.api.docs import (
     events_docs,
     extractors_docs,
@@ -28,7 +29,7 @@ from jobtracking.api.docs import (
     stats_docs,
     statuses_docs,
 )
-from jobtracking.api.errors import field_errors, problem, problem_body
+from jobtracking.api.errors import problem
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
@@ -55,13 +56,11 @@ from jobtracking.errors import JobNotFoundError, JobValidationError, ResultNotRe
 from jobtracking.infra.filetypes import HEAD_BYTES, content_matches
 from jobtracking.infra.metrics import render as render_metrics
 from jobtracking.models import (
-    ActorType,
     CircuitState,
     ExtractionJob,
     ExtractorHealth,
     JobEvent,
     JobStatus,
-    Priority,
 )
 from jobtracking.selectors import (
     LIVENESS_WINDOWS,
@@ -72,7 +71,6 @@ from jobtracking.selectors import (
     job_stats,
 )
 from jobtracking.services import (
-    Actor,
     NewJob,
     job_cancel,
     job_create,
@@ -80,6 +78,7 @@ from jobtracking.services import (
     job_create_many,
     job_requeue,
 )
+from jobtracking.services.batches import batch_create
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +90,6 @@ class JobCursorPagination(KeysetCursorPagination):
 class EventCursorPagination(KeysetCursorPagination):
     ordering = ("id",)
     page_size = 100
-
-
-def api_actor(request) -> Actor:
-    return Actor(ActorType.API, request.user)
 
 
 @jobs_docs
@@ -212,48 +207,25 @@ class ExtractionJobViewSet(
     @extend_schema(request=BulkCreateSerializer, responses={200: BulkResultSerializer})
     @action(detail=False, methods=["post"], parser_classes=[SafeJSONParser])
     def bulk(self, request):
-        """Create up to 500 jobs (URL sources) in one transaction; each item has its outcome."""
-        envelope = BulkCreateSerializer(data=request.data)
-        envelope.is_valid(raise_exception=True)
-        items = envelope.validated_data["jobs"]
-        slugs = {item.get("extractor") for item in items if isinstance(item.get("extractor"), str)}
-        checker = BulkItemValidator({e.slug: e for e in Extractor.objects.filter(slug__in=slugs)})
-        valid, results = [], {}
-        for index, item in enumerate(items):
-            try:
-                if "file" in item:
-                    raise ValidationError({"file": ["Bulk create takes source_url only."]})
-                valid.append((index, check_priority(request, checker.validated(item))))
-            except ValidationError as error:
-                body = problem_body(
-                    400,
-                    "validation_error",
-                    "The item is invalid.",
-                    errors=field_errors(error.detail),
-                )
-                results[index] = item_error(index, body)
-        items = [NewJob(**fields) for _, fields in valid]
-        outcomes = job_create_many(items, actor=api_actor(request))
-        created = [outcome.job for outcome in outcomes if outcome.job is not None]
-        rendered = iter(
-            ExtractionJobSerializer(created, many=True, context={"request": request}).data
-        )
-        for (index, _), outcome in zip(valid, outcomes, strict=True):
-            if outcome.job is not None:
-                results[index] = {
-                    "index": index,
-                    "status": "created",
-                    "job": next(rendered),
-                    "error": None,
-                }
-            else:
-                error = outcome.error
-                results[index] = item_error(
-                    index, problem_body(error.http_status, error.code, error.message, **error.extra)
-                )
-        ordered = [results[index] for index in sorted(results)]
-        created = sum(1 for item in ordered if item["status"] == "created")
-        return Response({"created": created, "failed": len(ordered) - created, "results": ordered})
+        """Create up to 500 jobs (URL sources) in one transaction; each item has its outcome.
+        With `batch`, they are created in a new batch."""
+        envelope = validated(BulkCreateSerializer, request)
+        fields = envelope.get("batch")
+        if fields is None:
+            body = bulk_results(
+                request,
+                envelope["jobs"],
+                lambda news: job_create_many(news, actor=api_actor(request)),
+            )
+            return Response({**body, "batch": None})
+        made = {}
+
+        def create(news):
+            made["batch"] = batch_create(new_batch(fields), news, actor=api_actor(request))
+            return made["batch"].outcomes
+
+        body = bulk_results(request, envelope["jobs"], create, always=True)
+        return Response({**body, "batch": batch_body(request, made["batch"].batch)})
 
     @extend_schema(responses={200: JobStatusChangeSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
@@ -303,36 +275,6 @@ class ExtractionJobViewSet(
         data = check_priority(request, validated(JobRequeueSerializer, request))
         job = job_requeue(job_id=job.pk, actor=api_actor(request), **data)
         return Response(ExtractionJobSerializer(job, context={"request": request}).data)
-
-
-def validated(serializer_class, request) -> dict:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-INTERACTIVE_PERMISSION = "jobtracking.set_interactive_priority"
-
-
-def check_priority(request, data: dict) -> dict:
-    """Interactive work goes before every other client's: a client needs leave to ask for it
-    (creates, bulk items and requeues alike)."""
-    if data.get("priority") == Priority.INTERACTIVE and not request.user.has_perm(
-        INTERACTIVE_PERMISSION
-    ):
-        raise ValidationError(
-            {
-                "priority": [
-                    "The interactive priority needs the permission to set it (ask staff for "
-                    "it); use normal or bulk."
-                ]
-            }
-        )
-    return data
-
-
-def item_error(index: int, body: dict) -> dict:
-    return {"index": index, "status": "error", "job": None, "error": body}
 
 
 def upload_head(upload) -> bytes:

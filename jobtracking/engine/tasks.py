@@ -44,6 +44,7 @@ from jobtracking.errors import JobMovedOnError
 from jobtracking.infra.logs import job_log_context
 from jobtracking.models import ExtractionJob, ExtractorHealth
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
+from jobtracking.services.batch_completion import batches_complete_due
 from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.engine import (
     Planned,
@@ -411,7 +412,8 @@ def cancel_at_extractor(job_id: str) -> None:
 def reap_stuck_jobs() -> dict[str, int]:
     """Safety net (a django-q2 schedule and `manage.py reap_stuck_jobs`): time out overdue jobs,
     hand back jobs whose submission lease expired (their worker died), and make every active job
-    without a due_at due now. The dispatcher then acts on them."""
+    without a due_at due now. The dispatcher then acts on them. Also completes the batches whose
+    completion a dead process left unrecorded (`batches_complete_due`)."""
     now = timezone.now()
     active = ExtractionJob.objects.filter(status__in=states.ACTIVE)
     overdue = list(active.filter(deadline_at__lte=now).values_list("pk", flat=True))
@@ -425,7 +427,12 @@ def reap_stuck_jobs() -> dict[str, int]:
         _ignore_moved_on(job_hand_back_expired_lease, job_id=pk) is not None for pk in expired
     )
     repaired = jobs_due_repair(now)
-    return {"timed_out": timed_out, "handed_back": handed_back, "repaired": repaired}
+    return {
+        "timed_out": timed_out,
+        "handed_back": handed_back,
+        "repaired": repaired,
+        "batches_completed": batches_complete_due(),
+    }
 
 
 def purge_expired_jobs() -> int:

@@ -47,7 +47,7 @@ from jobtracking.infra.rows import (
     select_rows,
     table,
 )
-from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, Priority
+from jobtracking.models import Batch, ExtractionJob, JobEvent, JobStatusChange, Priority
 from jobtracking.services.deliveries import deliveries_fan_out, fan_out_statement, fan_out_values
 from jobtracking.services.transitions import Actor, active_job_error, holder_error
 
@@ -204,12 +204,14 @@ def job_create_many(
     actor: Actor,
     reason: str = "Bulk create",
     default_priority: Priority = Priority.BULK,
+    batch: Batch | None = None,
 ) -> list[BulkOutcome]:
     """Create many jobs in one transaction and a handful of queries (one statement on
     PostgreSQL), an outcome per item. Items whose file an active job holds (stored, or an
     earlier item's) get an `ActiveJobExistsError` outcome, items of the wrong shape their
     error; the others are created. The dispatcher picks the new jobs up (they are due now) at
-    once. Items without a priority get `default_priority`."""
+    once. Items without a priority get `default_priority`. The jobs belong to `batch` if given
+    (the caller checked that it is open: `services.batches`)."""
     now = timezone.now()
     keys = [(new.extractor.pk, new.file_id) for new in items]
     refused: dict[int, ApplicationError] = {}
@@ -224,7 +226,10 @@ def job_create_many(
             refused[index] = error
             continue
         if key not in holders and key not in first:
-            first[key] = (index, _new_job(new, actor=actor, now=now, priority=default_priority))
+            first[key] = (
+                index,
+                _new_job(new, actor=actor, now=now, priority=default_priority, batch=batch),
+            )
     uploads = [
         (index, job, items[index].upload) for index, job in first.values() if items[index].upload
     ]
@@ -242,7 +247,7 @@ def job_create_many(
         return [
             BulkOutcome(index, error=refused[index])
             if index in refused
-            else _create_one(index, new, actor, reason, default_priority)
+            else _create_one(index, new, actor, reason, default_priority, batch)
             for index, new in enumerate(items)
         ]
     _delete_uploads([job for _index, job, _upload in uploads if job.pk not in inserted])
@@ -293,7 +298,9 @@ def _held_meanwhile(extractor: Extractor, file_id: str) -> ActiveJobExistsError:
     )
 
 
-def _new_job(new: NewJob, *, actor: Actor, now, priority: Priority) -> ExtractionJob:
+def _new_job(
+    new: NewJob, *, actor: Actor, now, priority: Priority, batch: Batch | None = None
+) -> ExtractionJob:
     """A new job, `pending` and due now, with the extractor and requester its representation
     and events read already attached (its upload is stored later, `_uploads_stored`)."""
     values = {name: getattr(new, name) for name in NEW_JOB_FIELDS}
@@ -305,6 +312,7 @@ def _new_job(new: NewJob, *, actor: Actor, now, priority: Priority) -> Extractio
         ExtractionJob,
         extractor_id=new.extractor.pk,
         requested_by_id=actor.user_id,
+        batch_id=batch.pk if batch is not None else None,
         status_id=states.PENDING,
         created_at=now,
         due_at=now,
@@ -327,9 +335,13 @@ def implied_file_name(new: NewJob) -> str:
     return file_name_from_url(new.source_url)
 
 
-def _create_one(index: int, new: NewJob, actor: Actor, reason: str, priority) -> BulkOutcome:
+def _create_one(
+    index: int, new: NewJob, actor: Actor, reason: str, priority, batch: Batch | None
+) -> BulkOutcome:
     """One item in a savepoint of its own (`_insert_created`)."""
-    (outcome,) = job_create_many([new], actor=actor, reason=reason, default_priority=priority)
+    (outcome,) = job_create_many(
+        [new], actor=actor, reason=reason, default_priority=priority, batch=batch
+    )
     return dataclasses.replace(outcome, index=index)
 
 

@@ -22,6 +22,7 @@ from jobtracking.infra.rows import (
     table,
 )
 from jobtracking.models import (
+    Batch,
     DeliveryAttempt,
     DeliveryState,
     ExtractionJob,
@@ -50,17 +51,22 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     subscriptions = list(WebhookSubscription.objects.filter(active=True))
     if not subscriptions:
         return
+    # Whose each event is: its job's requester, or its batch's.
     requesters = dict(
-        ExtractionJob.objects.filter(pk__in={event.job_id for event in events}).values_list(
-            "pk", "requested_by_id"
-        )
+        ExtractionJob.objects.filter(
+            pk__in={event.job_id for event in events if event.job_id}
+        ).values_list("pk", "requested_by_id")
     )
+    if batch_ids := {event.batch_id for event in events if event.batch_id}:
+        requesters |= dict(
+            Batch.objects.filter(pk__in=batch_ids).values_list("pk", "requested_by_id")
+        )
     now = timezone.now()
     WebhookDelivery.objects.bulk_create(
         _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
         for event in events
         for sub in subscriptions
-        if wants(sub, event.type, requesters.get(event.job_id))
+        if wants(sub, event.type, requesters.get(event.job_id or event.batch_id))
     )
 
 

@@ -5,14 +5,20 @@ from collections.abc import Collection
 from functools import partial
 from uuid import UUID
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from extraction.errors import ErrorCode
 from jobtracking import states
 from jobtracking.engine.queue import enqueue_cancel_at_extractor
 from jobtracking.engine.wakeup import notify_due
-from jobtracking.errors import ExtractorDisabledError, InvalidTransitionError, JobMovedOnError
+from jobtracking.errors import (
+    ActiveJobExistsError,
+    ApplicationError,
+    ExtractorDisabledError,
+    InvalidTransitionError,
+    JobMovedOnError,
+)
 from jobtracking.models import ExtractionJob, Priority
 from jobtracking.representation import moment
 from jobtracking.services.transitions import (
@@ -53,6 +59,21 @@ def job_requeue(
     given. A `succeeded` job needs `force`. Earlier attempts' history and results stay. Refused
     while another active job exists for the same file."""
 
+    with transaction.atomic():
+        job = job_transition(
+            job_id=job_id,
+            to_status=states.PENDING,
+            actor=actor,
+            reason=reason,
+            details=_requeue_details(priority),
+            force=force,
+            prepare=_requeue_prepare(priority),
+        )
+        notify_due()
+    return job
+
+
+def _requeue_prepare(priority: Priority | None):
     def prepare(job: ExtractionJob) -> None:
         if not states.requeue_allowed(job.status_id, force=True):
             raise InvalidTransitionError(
@@ -65,18 +86,51 @@ def job_requeue(
         if priority is not None:
             job.priority = priority
 
-    with transaction.atomic():
-        job = job_transition(
-            job_id=job_id,
-            to_status=states.PENDING,
-            actor=actor,
+    return prepare
+
+
+def _requeue_details(priority: Priority | None) -> dict | None:
+    return {"priority": Priority(priority).code} if priority is not None else None
+
+
+def jobs_requeue(
+    *,
+    job_ids: Collection[UUID],
+    actor: Actor,
+    reason: str = "",
+    force: bool = False,
+    priority: Priority | None = None,
+) -> BatchOutcome:
+    """`job_requeue` for many jobs in one transaction: each one refused or requeued as
+    `job_requeue` would. When one of them would be a second active job for its file (the
+    database's unique index refuses the whole statement), each is requeued in a savepoint of
+    its own, and that one is refused with `ActiveJobExistsError`."""
+    moves = [
+        Move(
+            pk,
+            states.PENDING,
             reason=reason,
-            details={"priority": Priority(priority).code} if priority is not None else None,
+            details=_requeue_details(priority),
             force=force,
-            prepare=prepare,
+            prepare=_requeue_prepare(priority),
         )
-        notify_due()
-    return job
+        for pk in job_ids
+    ]
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                outcome = jobs_transition(moves, actor=actor)
+        except (IntegrityError, ActiveJobExistsError):
+            outcome = BatchOutcome()
+            for pk in job_ids:
+                try:
+                    kwargs = {"reason": reason, "force": force, "priority": priority}
+                    outcome.moved[pk] = job_requeue(job_id=pk, actor=actor, **kwargs)
+                except ApplicationError as error:
+                    outcome.refused[pk] = error
+        if outcome.moved:
+            notify_due()
+    return outcome
 
 
 def jobs_set_priority(

@@ -1,6 +1,7 @@
 """Retention: terminal jobs are deleted, with their history, results, events and files, once they
-are older than the retention window of their status (`JOBS_RETENTION_DAYS`). Upload files no job
-references (left by a crash or a rolled-back transaction) are swept daily."""
+are older than the retention window of their status (`JOBS_RETENTION_DAYS`); a batch goes with
+its last job. Upload files no job references (left by a crash or a rolled-back transaction) are
+swept daily."""
 
 import posixpath
 from collections.abc import Iterator
@@ -9,11 +10,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.models import (
+    Batch,
     ExtractionJob,
     ExtractionResult,
     JobEvent,
@@ -60,10 +62,36 @@ def jobs_purge(*, ids: list) -> int:
         WebhookDelivery.objects.filter(event__job_id__in=doomed).delete()
         for model in (JobEvent, JobStatusChange, ExtractionResult):
             _delete_rows(model.objects.filter(job_id__in=doomed))
+        batches = set(
+            ExtractionJob.objects.filter(pk__in=doomed, batch__isnull=False).values_list(
+                "batch_id", flat=True
+            )
+        )
         # The same predicate again at the moment of the DELETE.
         deleted = _delete_rows(purgeable_jobs().filter(pk__in=doomed))
+        _batches_purge(batches)
         transaction.on_commit(lambda: [default_storage.delete(name) for name in files])
     return deleted
+
+
+def _batches_purge(batch_ids: set) -> None:
+    """Delete those of these batches that have no job left, with their events. Their rows are
+    locked first, and only then are their jobs looked for (a statement of its own, so it sees
+    what committed meanwhile): a job being added to one (which holds a key-share lock on its
+    row until it commits) is waited for and seen, and its batch kept."""
+    if not batch_ids:
+        return
+    locked = list(
+        Batch.objects.select_for_update().filter(pk__in=batch_ids).values_list("pk", flat=True)
+    )
+    empty = list(
+        Batch.objects.filter(pk__in=locked)
+        .exclude(Exists(ExtractionJob.objects.filter(batch_id=OuterRef("pk"))))
+        .values_list("pk", flat=True)
+    )
+    WebhookDelivery.objects.filter(event__batch_id__in=empty).delete()
+    _delete_rows(JobEvent.objects.filter(batch_id__in=empty))
+    _delete_rows(Batch.objects.filter(pk__in=empty))
 
 
 def _delete_rows(queryset: QuerySet) -> int:

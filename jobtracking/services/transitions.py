@@ -35,6 +35,7 @@ from jobtracking.errors import (
 from jobtracking.events import job_event_payload
 from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange
 from jobtracking.selectors import VIEW_ALL
+from jobtracking.services.batch_completion import batches_complete_on_commit, batches_reopen
 from jobtracking.services.deliveries import deliveries_fan_out
 
 # Every column but the key. Derived from the model rather than listed, so that no field a move
@@ -138,6 +139,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
     before = {pk: _values(job) for pk, job in locked.items()}
     outcome = BatchOutcome()
     changes, event_jobs, reactivated = [], [], False
+    ended_batches, reopened_batches = set(), set()
     for move in moves:
         if move.job_id in outcome.refused:
             continue
@@ -163,10 +165,18 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
             continue
         _stamp(job, move, now)
         reactivated = reactivated or from_status in states.TERMINAL
+        if job.batch_id and job.status_id in states.TERMINAL:
+            ended_batches.add(job.batch_id)
+        elif job.batch_id and from_status in states.TERMINAL:
+            reopened_batches.add(job.batch_id)
         changes.append(_audit_row(job, from_status, actor, move, now))
         if states.event_type(from_status, move.to_status):
             event_jobs.append((job, states.event_type(from_status, move.to_status)))
     _save(outcome, before, reactivated, actor)
+    if reopened_batches:
+        batches_reopen(reopened_batches)
+    # Checked after commit, never here: see `services.batch_completion`.
+    batches_complete_on_commit(ended_batches)
     JobStatusChange.objects.bulk_create(changes)
     events = JobEvent.objects.bulk_create(
         JobEvent(job=job, type=kind, payload=job_event_payload(job), created_at=now)

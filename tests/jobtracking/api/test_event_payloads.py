@@ -16,8 +16,10 @@ URL = "/api/v1/jobs/"
 
 
 def as_paths(job: dict) -> dict:
-    """The API's job with its links as the paths an event carries."""
-    return {**job, "links": {name: urlsplit(url).path for name, url in job["links"].items()}}
+    """The API's job with its links as the paths an event carries (a job without a batch has
+    no batch link)."""
+    links = {name: url and urlsplit(url).path for name, url in job["links"].items()}
+    return {**job, "links": links}
 
 
 def moments(job: dict) -> list[str]:

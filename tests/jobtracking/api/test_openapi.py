@@ -30,6 +30,7 @@ def test_every_operation_has_a_summary_a_description_and_a_resource_tag(schema):
         assert len(operation.get("description", "")) > 20, name
         assert operation["tags"][0] in {
             "jobs",
+            "batches",
             "events",
             "extractors",
             "statuses",
@@ -134,4 +135,9 @@ def test_the_event_example_has_a_real_events_shape(schema, api, owner, extractor
     feed = schema["paths"]["/api/v1/events/"]["get"]["responses"]["200"]["content"]
     assert feed["application/json"]["examples"]["AnEvent"]["value"]["results"] == [EVENT_EXAMPLE]
     payload = schema["components"]["schemas"]["JobEvent"]["properties"]["payload"]
-    assert payload["allOf"] == [{"$ref": "#/components/schemas/ExtractionJob"}]
+    assert payload["allOf"] == [{"$ref": "#/components/schemas/EventPayload"}]
+    # A job (job.* events) or a batch (batch.* events).
+    assert schema["components"]["schemas"]["EventPayload"]["oneOf"] == [
+        {"$ref": "#/components/schemas/ExtractionJob"},
+        {"$ref": "#/components/schemas/Batch"},
+    ]

@@ -291,7 +291,7 @@ def test_reap_times_out_overdue_jobs_hands_back_leases_and_repairs_missing_due_t
     outcome = reap_stuck_jobs()
     for job in (overdue, undue, orphan, live):
         job.refresh_from_db()
-    assert outcome == {"timed_out": 1, "handed_back": 1, "repaired": 1}
+    assert outcome == {"timed_out": 1, "handed_back": 1, "repaired": 1, "batches_completed": 0}
     assert (overdue.status_id, overdue.error_code) == ("timed_out", "deadline_exceeded")
     assert undue.due_at is not None and undue.status_id == "submitted"
     assert (orphan.status_id, live.status_id) == ("pending", "submitting")

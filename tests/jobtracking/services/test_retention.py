@@ -1,16 +1,20 @@
 """uploads_sweep and the sweep_uploads command: files no job references go, once they are old
-enough that no creation can still be in flight."""
+enough that no creation can still be in flight. And a batch goes with its last job."""
 
 import io
 import os
 import time
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from django_q.models import Schedule
 
-from jobtracking.services.retention import uploads_sweep
-from tests.factories import ExtractionJobFactory
+from jobtracking.models import Batch, JobEvent, WebhookDelivery
+from jobtracking.services.batch_completion import batch_events_write
+from jobtracking.services.retention import jobs_purge, uploads_sweep
+from tests.factories import BatchFactory, ExtractionJobFactory, WebhookSubscriptionFactory
 
 pytestmark = pytest.mark.django_db
 TWO_HOURS = 2 * 3600
@@ -76,3 +80,21 @@ def test_setup_schedules_sweeps_uploads_daily():
     call_command("setup_schedules", stdout=io.StringIO())
     schedule = Schedule.objects.get(func="jobtracking.services.retention.uploads_sweep")
     assert (schedule.schedule_type, schedule.minutes) == (Schedule.MINUTES, 60 * 24)
+
+
+def test_a_batch_is_purged_with_its_last_job_and_not_before(settings):
+    settings.JOBS_RETENTION_DAYS = {"succeeded": 1}
+    old = timezone.now() - timedelta(days=2)
+    batch = BatchFactory(closed=True)
+    WebhookSubscriptionFactory(created_by=batch.requested_by)
+    batch_events_write([batch], "batch.created")
+    first = ExtractionJobFactory(batch=batch, succeeded=True, completed_at=old)
+    last = ExtractionJobFactory(batch=batch, succeeded=True, completed_at=timezone.now())
+    assert jobs_purge(ids=[first.pk]) == 1
+    assert Batch.objects.filter(pk=batch.pk).exists()
+    last.completed_at = old
+    last.save()
+    assert jobs_purge(ids=[last.pk]) == 1
+    assert not Batch.objects.filter(pk=batch.pk).exists()
+    assert not JobEvent.objects.filter(batch_id=batch.pk).exists()
+    assert not WebhookDelivery.objects.exists()
