@@ -209,9 +209,7 @@ def test_bulk_create_refuses_more_than_the_limit(api, extractor):
     problem = assert_problem(
         api.post(URL + "bulk/", {"jobs": items}, format="json"), 400, "validation_error"
     )
-    assert problem["errors"]["jobs"] == [
-        "Give at most 500 jobs a request; send the rest in another."
-    ]
+    assert problem["errors"]["jobs"] == ["At most 500 jobs a request: send the rest in another."]
     assert not ExtractionJob.objects.exists()
 
 
@@ -219,16 +217,16 @@ def test_an_empty_bulk_create_is_refused_in_plain_english(api):
     problem = assert_problem(
         api.post(URL + "bulk/", {"jobs": []}, format="json"), 400, "validation_error"
     )
-    assert problem["errors"]["jobs"] == ["Give at least one job."]
+    assert problem["errors"]["jobs"] == ["Send at least 1 job."]
 
 
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        (1, 'Expected a dictionary of items but got type "int".'),
-        ("job", 'Expected a dictionary of items but got type "str".'),
-        (["a"], 'Expected a dictionary of items but got type "list".'),
-        (None, "This field may not be null."),
+        (1, "Must be a JSON object."),
+        ("job", "Must be a JSON object."),
+        (["a"], "Must be a JSON object."),
+        (None, "Must be a JSON object, not null."),
     ],
 )
 def test_a_bulk_item_that_is_not_an_object_is_refused_by_its_path(api, extractor, item, message):
