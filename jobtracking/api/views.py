@@ -12,7 +12,6 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -93,6 +92,10 @@ class EventCursorPagination(KeysetCursorPagination):
     page_size = 100
 
 
+# Marks the answer to an idempotent replay (the IETF draft's Idempotency-Key leaves it to us).
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
 def api_actor(request) -> Actor:
     return Actor(ActorType.API, request.user)
 
@@ -115,7 +118,6 @@ class ExtractionJobViewSet(
     ordering_fields = ["created_at", "updated_at"]
     pagination_class = JobCursorPagination
     query_parameters = {"result": {"attempt"}}
-    parser_classes = [SafeJSONParser, MultiPartParser, FormParser]
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
     # What each action reads: the browsable API builds its forms from these.
@@ -165,7 +167,16 @@ class ExtractionJobViewSet(
                 OpenApiTypes.STR,
                 OpenApiParameter.HEADER,
                 description="Replays with the same key and body return the original job.",
-            )
+            ),
+            OpenApiParameter(
+                REPLAYED_HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                enum=["true"],
+                response=[200],
+                description="`true` on a replay of an earlier create (the original job, 200); "
+                "absent when this request created the job (201).",
+            ),
         ],
         responses={201: ExtractionJobSerializer, 200: ExtractionJobSerializer},
     )
@@ -204,7 +215,7 @@ class ExtractionJobViewSet(
             job, created = job_create(NewJob(**validated), actor=api_actor(request)), True
         data = ExtractionJobSerializer(job, context={"request": request}).data
         if not created:
-            return Response(data)
+            return Response(data, headers={REPLAYED_HEADER: "true"})
         return Response(
             data, status=status.HTTP_201_CREATED, headers={"Location": data["links"]["self"]}
         )
@@ -286,7 +297,12 @@ class ExtractionJobViewSet(
             )
         return Response(ExtractionResultSerializer(found).data)
 
-    @extend_schema(request=JobActionSerializer, responses={200: ExtractionJobSerializer})
+    # Cancel and requeue are documented as JSON only: the browsable API's forms post to them too,
+    # but one schema under three media types makes generated clients send multipart as a form.
+    @extend_schema(
+        request={"application/json": JobActionSerializer},
+        responses={200: ExtractionJobSerializer},
+    )
     @action(detail=True, methods=["post"], filterset_class=None)
     def cancel(self, request, pk=None):
         """Cancel an active job (and ask the extractor to drop it)."""
@@ -295,7 +311,10 @@ class ExtractionJobViewSet(
         job = job_cancel(job_id=job.pk, actor=api_actor(request), reason=data["reason"])
         return Response(ExtractionJobSerializer(job, context={"request": request}).data)
 
-    @extend_schema(request=JobRequeueSerializer, responses={200: ExtractionJobSerializer})
+    @extend_schema(
+        request={"application/json": JobRequeueSerializer},
+        responses={200: ExtractionJobSerializer},
+    )
     @action(detail=True, methods=["post"], filterset_class=None)
     def requeue(self, request, pk=None):
         """Run a terminal job again as a new attempt; a succeeded job needs `force`."""
