@@ -296,6 +296,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": os.environ.get("API_THROTTLE_RATE", "6000/min")},
+    "DEFAULT_PARSER_CLASSES": [
+        "jobtracking.api.parsers.SafeJSONParser",
+        "rest_framework.parsers.MultiPartParser",
+        "jobtracking.api.parsers.FormParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "jobtracking.api.schema.ProblemAutoSchema",
     "EXCEPTION_HANDLER": "jobtracking.api.errors.problem_exception_handler",

@@ -12,7 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from jobtracking.api.bulk import api_actor, bulk_results, check_priority, validated
+from jobtracking.api.bulk import REPLAYED_HEADER, api_actor, bulk_results, check_priority, validated
 from jobtracking.api.docs import batches_docs
 from jobtracking.api.filters import BatchFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
@@ -208,7 +208,7 @@ class BatchViewSet(
         """An idempotent replay: the batch as it is now, no item outcomes (the first answer
         had them; its jobs are listed by `links.jobs`)."""
         body = {"batch": batch_body(request, batch), "created": 0, "failed": 0, "results": []}
-        return Response(body, headers={"Idempotent-Replayed": "true"})
+        return Response(body, headers={REPLAYED_HEADER: "true"})
 
     @extend_schema(request=BatchJobsSerializer, responses={200: BatchJobsResultSerializer})
     @action(detail=True, methods=["post"], filterset_class=None)

@@ -11,6 +11,9 @@ from jobtracking.api.serializers import ExtractionJobSerializer
 from jobtracking.models import ActorType, Priority
 from jobtracking.services import Actor, NewJob
 
+# Marks the answer to an idempotent replay (the IETF draft's Idempotency-Key leaves it to us).
+REPLAYED_HEADER = "Idempotent-Replayed"
+
 
 def api_actor(request) -> Actor:
     return Actor(ActorType.API, request.user)

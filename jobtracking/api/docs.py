@@ -167,8 +167,9 @@ jobs_docs = extend_schema_view(
         description="Ask an extractor to extract one file, given by `source_url` (JSON or "
         "form) or uploaded as `file` (multipart). Answers 201 with the job and a `Location` "
         "header. With an `Idempotency-Key`, a replay of the same request answers 200 with the "
-        "original job; the same key with a different request is a 422. A second active job "
-        "for the same extractor and file_id is a 409 naming the active one (`job_id`).",
+        "original job and `Idempotent-Replayed: true`; the same key with a different request "
+        "is a 422. A second active job for the same extractor and file_id is a 409 naming the "
+        "active one (`job_id`).",
         examples=[CREATE_BY_URL, CREATE_BY_UPLOAD, JOB_RESPONSE],
     ),
     bulk=extend_schema(

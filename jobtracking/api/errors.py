@@ -13,6 +13,7 @@ from rest_framework import exceptions, status
 from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 
+from jobtracking.api.parsers import unsupported_media_type_detail
 from jobtracking.api.problems import problem_type
 from jobtracking.api.renderers import FastJSONRenderer
 from jobtracking.errors import ApplicationError, JobValidationError
@@ -78,8 +79,15 @@ def field_errors(detail: Any) -> dict[str, list]:
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    response = _problem_for(exc)
     request = context.get("request")
+    if type(exc) is exceptions.UnsupportedMediaType and request is not None:
+        # DRF's own says only which type it refused; say which to send.
+        media_type = request.content_type.split(";")[0].strip()
+        readable = [parser.media_type for parser in request.parsers]
+        exc = exceptions.UnsupportedMediaType(
+            media_type, detail=unsupported_media_type_detail(media_type, readable)
+        )
+    response = _problem_for(exc)
     if response is None or request is None:
         return response
     if isinstance(getattr(request, "accepted_renderer", None), BrowsableAPIRenderer):

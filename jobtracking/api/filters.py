@@ -6,6 +6,7 @@ from django_filters.fields import IsoDateTimeField
 
 from extraction.errors import ErrorCode
 from jobtracking import states
+from jobtracking.api.messages import plain_choices
 from jobtracking.models import Batch, ExtractionJob, JobEvent, Priority
 from jobtracking.selectors import BATCH_STATUSES, batch_status_filter, job_search
 
@@ -28,7 +29,17 @@ class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UtcIsoDateTimeField
 
 
-class JobFilterSet(django_filters.FilterSet):
+class PlainFilterSet(django_filters.FilterSet):
+    """A filter set whose fields' messages are plain English (`jobtracking.api.messages`)."""
+
+    def get_form_class(self):
+        form_class = super().get_form_class()
+        for field in form_class.base_fields.values():
+            plain_choices(field)
+        return form_class
+
+
+class JobFilterSet(PlainFilterSet):
     # distinct=False: the default SELECT DISTINCT costs a sort over every matching row.
     status = django_filters.MultipleChoiceFilter(
         distinct=False,

@@ -79,7 +79,8 @@ PROBLEMS = {
     "unsupported_media_type": (
         415,
         "The body's or the upload's content type is not accepted; the detail lists the allowed "
-        "ones.",
+        "ones. JSON sent form-encoded (curl's `-d` without a header) is refused so too: send "
+        "`Content-Type: application/json`.",
     ),
     "content_mismatch": (
         415,

@@ -14,6 +14,7 @@ from rest_framework.utils import json as strict_json
 from extraction.clients.base import client_text
 from extraction.models import Extractor
 from extraction.urlsafety import UnsafeURLError, check_public_url
+from jobtracking.api.messages import BODY_NOT_AN_OBJECT, plain_field
 from jobtracking.infra.recent import Recent
 from jobtracking.models import (
     CircuitState,
@@ -516,7 +517,18 @@ class ExtractorField(serializers.SlugRelatedField):
 
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know, by name, instead of ignoring them silently."""
+    """Refuses fields it does not know, by name, instead of ignoring them silently; its fields'
+    messages are plain English (`jobtracking.api.messages`), its lists' items named by
+    `list_items` ("element" otherwise)."""
+
+    default_error_messages = {"invalid": BODY_NOT_AN_OBJECT}
+    list_items: dict[str, str] = {}
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        for name, field in fields.items():
+            plain_field(field, item=self.list_items.get(name, "element"))
+        return fields
 
     def to_internal_value(self, data):
         if hasattr(data, "keys"):
@@ -541,7 +553,11 @@ class ExtractionJobCreateSerializer(StrictSerializer):
         min_value=0, max_value=2**63 - 1, required=False, allow_null=True
     )
     file_sha256 = serializers.RegexField(
-        r"^[0-9a-f]{64}$", required=False, allow_blank=True, help_text="Lowercase hex."
+        r"^[0-9a-f]{64}$",
+        required=False,
+        allow_blank=True,
+        help_text="Lowercase hex.",
+        error_messages={"invalid": "Must be a SHA-256 digest: 64 lowercase hexadecimal digits."},
     )
     source_url = serializers.URLField(max_length=2000, required=False, allow_blank=True)
     file = serializers.FileField(
@@ -657,11 +673,6 @@ def jobs_field(*, min_length: int = 1) -> serializers.ListField:
         min_length=min_length,
         max_length=settings.JOBS_BULK_MAX,
         help_text="Job objects as for a single JSON create (source_url only).",
-        # DRF's own read "Ensure this field has at least 1 elements."
-        error_messages={
-            "min_length": "Give at least one job.",
-            "max_length": "Give at most {max_length} jobs a request; send the rest in another.",
-        },
     )
 
 
@@ -684,6 +695,7 @@ class BatchFieldsSerializer(StrictSerializer):
 
 
 class BulkCreateSerializer(StrictSerializer):
+    list_items = {"jobs": "job"}
     jobs = jobs_field()
     batch = BatchFieldsSerializer(
         required=False, help_text="Create a batch holding the created jobs."
@@ -691,10 +703,12 @@ class BulkCreateSerializer(StrictSerializer):
 
 
 class BatchCreateSerializer(BatchFieldsSerializer):
+    list_items = {"jobs": "job"}
     jobs = jobs_field(min_length=0)
 
 
 class BatchJobsSerializer(StrictSerializer):
+    list_items = {"jobs": "job"}
     jobs = jobs_field()
 
 

@@ -12,14 +12,13 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.filters import OrderingFilter
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
 from jobtracking.api.batch_views import batch_body, new_batch
-from jobtracking.api.bulk import api_actor, bulk_results, check_priority, validated
+from jobtracking.api.bulk import REPLAYED_HEADER, api_actor, bulk_results, check_priority, validated
 from jobtracking.api.docs import (
     events_docs,
     extractors_docs,
@@ -110,7 +109,6 @@ class ExtractionJobViewSet(
     ordering_fields = ["created_at", "updated_at"]
     pagination_class = JobCursorPagination
     query_parameters = {"result": {"attempt"}}
-    parser_classes = [SafeJSONParser, MultiPartParser, FormParser]
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
     # What each action reads: the browsable API builds its forms from these.
@@ -160,7 +158,16 @@ class ExtractionJobViewSet(
                 OpenApiTypes.STR,
                 OpenApiParameter.HEADER,
                 description="Replays with the same key and body return the original job.",
-            )
+            ),
+            OpenApiParameter(
+                REPLAYED_HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                enum=["true"],
+                response=[200],
+                description="`true` on a replay of an earlier create (the original job, 200); "
+                "absent when this request created the job (201).",
+            ),
         ],
         responses={201: ExtractionJobSerializer, 200: ExtractionJobSerializer},
     )
@@ -199,7 +206,7 @@ class ExtractionJobViewSet(
             job, created = job_create(NewJob(**validated), actor=api_actor(request)), True
         data = ExtractionJobSerializer(job, context={"request": request}).data
         if not created:
-            return Response(data)
+            return Response(data, headers={REPLAYED_HEADER: "true"})
         return Response(
             data, status=status.HTTP_201_CREATED, headers={"Location": data["links"]["self"]}
         )
@@ -258,7 +265,12 @@ class ExtractionJobViewSet(
             )
         return Response(ExtractionResultSerializer(found).data)
 
-    @extend_schema(request=JobActionSerializer, responses={200: ExtractionJobSerializer})
+    # Cancel and requeue are documented as JSON only: the browsable API's forms post to them too,
+    # but one schema under three media types makes generated clients send multipart as a form.
+    @extend_schema(
+        request={"application/json": JobActionSerializer},
+        responses={200: ExtractionJobSerializer},
+    )
     @action(detail=True, methods=["post"], filterset_class=None)
     def cancel(self, request, pk=None):
         """Cancel an active job (and ask the extractor to drop it)."""
@@ -267,7 +279,10 @@ class ExtractionJobViewSet(
         job = job_cancel(job_id=job.pk, actor=api_actor(request), reason=data["reason"])
         return Response(ExtractionJobSerializer(job, context={"request": request}).data)
 
-    @extend_schema(request=JobRequeueSerializer, responses={200: ExtractionJobSerializer})
+    @extend_schema(
+        request={"application/json": JobRequeueSerializer},
+        responses={200: ExtractionJobSerializer},
+    )
     @action(detail=True, methods=["post"], filterset_class=None)
     def requeue(self, request, pk=None):
         """Run a terminal job again as a new attempt; a succeeded job needs `force`."""

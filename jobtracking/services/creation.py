@@ -175,8 +175,8 @@ def job_create_idempotent(
 ) -> tuple[ExtractionJob, bool]:
     """`job_create` keyed by the client's Idempotency-Key (`new.idempotency_key`): the same key
     with the same request returns the original job (created=False); with a different request
-    it is refused (`IdempotencyKeyReusedError`). Concurrent twins are settled by the unique
-    constraint."""
+    it is refused (`IdempotencyKeyReusedError`). Concurrent twins all get the job the first of
+    them created."""
     replayed = functools.partial(
         _replayed_job, actor.user, new.idempotency_key, new.request_fingerprint
     )
@@ -184,7 +184,13 @@ def job_create_idempotent(
         return existing, False
     try:
         job = job_create(new, actor=actor, reason=reason)
-    except IntegrityError:
+    except (IntegrityError, ActiveJobExistsError):
+        # A twin that looked before the first committed loses its insert to one of two unique
+        # indexes: the key's (IntegrityError) or, while the job is active, the file's, whose
+        # ON CONFLICT waits for the first to commit and then reports the active job. Either
+        # way the first's row is committed, so looking again finds it. (Chosen over an
+        # advisory lock taken before the look-up: that would cost every keyed create a
+        # transaction and a statement, for a race that only twins run.)
         if existing := replayed():
             return existing, False
         raise

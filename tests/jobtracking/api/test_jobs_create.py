@@ -1,10 +1,15 @@
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from rest_framework.test import APIClient
 
 from jobtracking.models import ExtractionJob, JobStatusChange
 from jobtracking.services import creation
+from jobtracking.services.tokens import token_issue
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 from tests.jobtracking.api.conftest import assert_problem
 
@@ -55,7 +60,51 @@ def test_create_idempotent_replay_returns_the_original_job(api, extractor):
     again = api.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-1")
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["id"] == first.json()["id"]
+    assert "Idempotent-Replayed" not in first and again["Idempotent-Replayed"] == "true"
     assert ExtractionJob.objects.count() == 1
+
+
+TWINS = 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_replays_of_one_key_all_get_the_original_job(
+    owner, extractor, seeded_statuses, monkeypatch
+):
+    token = token_issue(user=owner)
+    # Each request looks for the key, then waits until every twin has looked and found
+    # nothing: they all insert at once, as a burst of retries from a client would.
+    looked, first_look = threading.Barrier(TWINS, timeout=20), threading.local()
+    real = creation._replayed_job
+
+    def look_in_step(*args):
+        found = real(*args)
+        if not getattr(first_look, "done", False):
+            first_look.done = True
+            looked.wait()
+        return found
+
+    monkeypatch.setattr(creation, "_replayed_job", look_in_step)
+
+    def post(_):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+        try:
+            return client.post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="burst")
+        finally:
+            connection.close()  # this thread's own connection
+
+    with ThreadPoolExecutor(TWINS) as pool:
+        answers = list(pool.map(post, range(TWINS)))
+    assert sorted(a.status_code for a in answers) == [200] * (TWINS - 1) + [201], [
+        a.content for a in answers
+    ]
+    (job,) = ExtractionJob.objects.all()
+    assert {a.json()["id"] for a in answers} == {str(job.pk)}
+    assert [a.get("Idempotent-Replayed") for a in answers if a.status_code == 200] == ["true"] * (
+        TWINS - 1
+    )
+    assert all("Idempotent-Replayed" not in a for a in answers if a.status_code == 201)
 
 
 def test_create_same_key_with_a_different_body_is_refused(api, extractor):
@@ -209,9 +258,7 @@ def test_bulk_create_refuses_more_than_the_limit(api, extractor):
     problem = assert_problem(
         api.post(URL + "bulk/", {"jobs": items}, format="json"), 400, "validation_error"
     )
-    assert problem["errors"]["jobs"] == [
-        "Give at most 500 jobs a request; send the rest in another."
-    ]
+    assert problem["errors"]["jobs"] == ["At most 500 jobs a request: send the rest in another."]
     assert not ExtractionJob.objects.exists()
 
 
@@ -219,16 +266,16 @@ def test_an_empty_bulk_create_is_refused_in_plain_english(api):
     problem = assert_problem(
         api.post(URL + "bulk/", {"jobs": []}, format="json"), 400, "validation_error"
     )
-    assert problem["errors"]["jobs"] == ["Give at least one job."]
+    assert problem["errors"]["jobs"] == ["Send at least 1 job."]
 
 
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        (1, 'Expected a dictionary of items but got type "int".'),
-        ("job", 'Expected a dictionary of items but got type "str".'),
-        (["a"], 'Expected a dictionary of items but got type "list".'),
-        (None, "This field may not be null."),
+        (1, "Must be a JSON object."),
+        ("job", "Must be a JSON object."),
+        (["a"], "Must be a JSON object."),
+        (None, "Must be a JSON object, not null."),
     ],
 )
 def test_a_bulk_item_that_is_not_an_object_is_refused_by_its_path(api, extractor, item, message):

@@ -141,3 +141,17 @@ def test_the_event_example_has_a_real_events_shape(schema, api, owner, extractor
         {"$ref": "#/components/schemas/ExtractionJob"},
         {"$ref": "#/components/schemas/Batch"},
     ]
+
+
+def test_cancel_and_requeue_document_one_json_body(schema):
+    # One schema under several media types made generated clients send multipart as a form.
+    for action in ("cancel", "requeue"):
+        body = schema["paths"][f"/api/v1/jobs/{{id}}/{action}/"]["post"]["requestBody"]
+        assert list(body["content"]) == ["application/json"], action
+
+
+def test_create_documents_the_replay_header_on_200_only(schema):
+    responses = schema["paths"]["/api/v1/jobs/"]["post"]["responses"]
+    header = responses["200"]["headers"]["Idempotent-Replayed"]
+    assert header["schema"]["enum"] == ["true"]
+    assert "Idempotent-Replayed" not in responses["201"].get("headers", {})
