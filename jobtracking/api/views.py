@@ -4,6 +4,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpResponse
+from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -15,6 +16,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
@@ -65,6 +67,7 @@ from jobtracking.models import (
 )
 from jobtracking.selectors import (
     LIVENESS_WINDOWS,
+    event_feed_position,
     event_list,
     heartbeats,
     job_list,
@@ -380,20 +383,34 @@ class JobStatusViewSet(StrictQueryParameters, viewsets.ReadOnlyModelViewSet):
 @extend_schema(tags=["events"])
 class JobEventViewSet(StrictQueryParameters, mixins.ListModelMixin, viewsets.GenericViewSet):
     """The event feed (transactional outbox), oldest first. Page with `after=<last id seen>` or
-    the `next` cursor. Events appear once they are a second old, so ids never arrive out of
-    order."""
+    the `next` cursor; `latest/` gives where to tail it from now. Events appear once they are a
+    second old, so ids never arrive out of order."""
 
     serializer_class = JobEventSerializer
     permission_classes = [ActionPermission]
-    action_permissions = {"list": "jobtracking.view_extractionjob"}
+    action_permissions = {
+        "list": "jobtracking.view_extractionjob",
+        "latest": "jobtracking.view_extractionjob",
+    }
     filterset_class = EventFilterSet
     pagination_class = EventCursorPagination
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return JobEvent.objects.none()
-        settle = timedelta(seconds=settings.JOBS_EVENT_FEED_SETTLE_SECONDS)
-        return event_list(user=self.request.user, settle=settle)
+        return event_list(user=self.request.user, settle=feed_settle())
+
+    @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
+    def latest(self, request):
+        """Where the feed is now: tail it from `next` (`after` = the newest settled event's id)
+        to get only what is published from now on, without paging through the past."""
+        position = event_feed_position(settle=feed_settle())
+        feed = request.build_absolute_uri(reverse("api:event-list"))
+        return Response({"after": position, "next": replace_query_param(feed, "after", position)})
+
+
+def feed_settle() -> timedelta:
+    return timedelta(seconds=settings.JOBS_EVENT_FEED_SETTLE_SECONDS)
 
 
 class StatsView(StrictQueryParameters, APIView):
