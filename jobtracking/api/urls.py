@@ -6,6 +6,7 @@ from jobtracking.api import views
 app_name = "api"
 
 router = DefaultRouter()
+router.APIRootView = views.ServiceRootView
 router.register("jobs", views.ExtractionJobViewSet, basename="job")
 router.register("extractors", views.ExtractorViewSet, basename="extractor")
 router.register("statuses", views.JobStatusViewSet, basename="status")

@@ -16,6 +16,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.routers import APIRootView
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
@@ -32,6 +33,7 @@ from jobtracking.api.docs import (
 )
 from jobtracking.api.errors import field_errors, problem, problem_body
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
+from jobtracking.api.markup import render as render_markup
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
@@ -411,6 +413,35 @@ class JobEventViewSet(StrictQueryParameters, mixins.ListModelMixin, viewsets.Gen
 
 def feed_settle() -> timedelta:
     return timedelta(seconds=settings.JOBS_EVENT_FEED_SETTLE_SECONDS)
+
+
+class ServiceRootView(APIRootView):
+    """The browsable API's home: what the service is, where its documentation is, and a link to
+    each endpoint (the JSON answer has them too)."""
+
+    DESCRIPTION = (
+        "The system of record for document-extraction jobs: each job sends one file to an "
+        "external extractor, which background workers submit and poll until it is done; its "
+        "whole history is kept. Create jobs at `jobs/` (a file upload or a `source_url`), "
+        "follow them there or through `events/` and signed webhooks.\n\n"
+        "Documentation: [Swagger UI]({docs}), the [OpenAPI document]({schema}) and every "
+        "error `code` at [problem codes]({problems}). Requests need `Authorization: Token "
+        "<key>` or an admin session."
+    )
+    PAGES = {"stats": "api:stats", "docs": "docs", "schema": "schema", "problems": "problems"}
+
+    def get_view_name(self) -> str:
+        return "Extraction job tracking API"
+
+    def get_view_description(self, html: bool = False) -> str:
+        text = self.DESCRIPTION.format(**{name: reverse(self.PAGES[name]) for name in self.PAGES})
+        return render_markup(text) if html else text
+
+    def get(self, request, *args, **kwargs):
+        response = super().get(request, *args, **kwargs)
+        for name, url_name in self.PAGES.items():
+            response.data[name] = request.build_absolute_uri(reverse(url_name))
+        return response
 
 
 class StatsView(StrictQueryParameters, APIView):
