@@ -420,10 +420,10 @@ class ServiceRootView(APIRootView):
     each endpoint (the JSON answer has them too)."""
 
     DESCRIPTION = (
-        "The system of record for document-extraction jobs: each job sends one file to an "
-        "external extractor, which background workers submit and poll until it is done; its "
-        "whole history is kept. Create jobs at `jobs/` (a file upload or a `source_url`), "
-        "follow them there or through `events/` and signed webhooks.\n\n"
+        "The system of record for document-extraction jobs: each job asks an external "
+        "extractor to extract one file; background workers submit it and poll it until it is "
+        "done, and its whole history is kept. Create jobs at `jobs/` (a file upload or a "
+        "`source_url`), follow them there or through `events/` and signed webhooks.\n\n"
         "Documentation: [Swagger UI]({docs}), the [OpenAPI document]({schema}) and every "
         "error `code` at [problem codes]({problems}). Requests need `Authorization: Token "
         "<key>` or an admin session."
@@ -434,7 +434,7 @@ class ServiceRootView(APIRootView):
         return "Extraction job tracking API"
 
     def get_view_description(self, html: bool = False) -> str:
-        text = self.DESCRIPTION.format(**{name: reverse(self.PAGES[name]) for name in self.PAGES})
+        text = self.DESCRIPTION.format(**{name: reverse(url) for name, url in self.PAGES.items()})
         return render_markup(text) if html else text
 
     def get(self, request, *args, **kwargs):
