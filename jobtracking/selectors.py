@@ -103,6 +103,16 @@ def webhook_delivery_list(
     return visible(deliveries, user=user, via="event__job").prefetch_related(attempts)
 
 
+def event_feed_position(*, settle: timedelta) -> int:
+    """The id of the newest settled event (0 if none). Reading the feed `after` it gives the
+    events published from now on and those still settling (the last `settle` seconds'): none
+    is missed, none older comes. It is a position in the one id sequence every client's feed
+    shares, not an event, so it is not scoped to the caller: scoped, a quiet client's answer
+    would scan the whole table backwards."""
+    newest = JobEvent.objects.filter(created_at__lte=timezone.now() - settle).order_by("-id")
+    return newest.values_list("id", flat=True).first() or 0
+
+
 def job_stats(*, jobs: QuerySet[ExtractionJob], window: timedelta) -> dict[str, Any]:
     """Counts by status and extractor for jobs created in the window; success rate and
     turnaround percentiles for jobs completed in it."""

@@ -304,6 +304,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "jobtracking.api.schema.ProblemAutoSchema",
     "EXCEPTION_HANDLER": "jobtracking.api.errors.problem_exception_handler",
+    "VIEW_DESCRIPTION_FUNCTION": "jobtracking.api.markup.view_description",
     "DEFAULT_RENDERER_CLASSES": [
         "jobtracking.api.renderers.FastJSONRenderer",
         "jobtracking.api.renderers.FormErrorsBrowsableAPIRenderer",

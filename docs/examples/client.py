@@ -1,7 +1,10 @@
-"""A client of the jobs API, as docs/api.md shows it: upload a file, wait for the job with
-backoff, and verify a webhook. Only `requests` and `standardwebhooks` are needed
-(tests/jobtracking/api/test_client_example.py runs it against a live server)."""
+"""A client of the jobs API, as docs/api.md shows it: create a job (from a URL or a file), wait
+for it with backoff, fetch its result, tail the event feed from now, and verify a webhook. Only
+`requests` and `standardwebhooks` are needed (tests/jobtracking/api/test_client_example.py runs
+it against a live server). With `make run` going: `KEY=<token> .venv/bin/python
+docs/examples/client.py`."""
 
+import os
 import random
 import time
 
@@ -9,6 +12,38 @@ import requests
 from standardwebhooks import Webhook
 
 FINISHED = {"succeeded", "failed", "timed_out", "cancelled"}
+
+
+def get(url: str, token: str, **params) -> dict:
+    """GET with the token; a 429 (throttled) waits the Retry-After it gives, then tries again."""
+    while True:
+        response = requests.get(
+            url, params=params, headers={"Authorization": f"Token {token}"}, timeout=30
+        )
+        if response.status_code != 429:
+            response.raise_for_status()
+            return response.json()
+        time.sleep(float(response.headers.get("Retry-After", "1")))
+
+
+def created(response: requests.Response) -> dict:
+    if response.status_code >= 400:
+        problem = response.json()  # application/problem+json: code, detail, errors
+        raise RuntimeError(f"{problem['code']}: {problem['detail']} {problem.get('errors', '')}")
+    return response.json()
+
+
+def create_from_url(base_url: str, token: str, source_url: str, *, extractor: str, file_id: str):
+    """A job whose file the extractor fetches from `source_url` (a public address, or the
+    sandbox's samples under `make run`)."""
+    body = {"extractor": extractor, "file_id": file_id, "source_url": source_url}
+    response = requests.post(
+        f"{base_url}/api/v1/jobs/",
+        headers={"Authorization": f"Token {token}"},
+        json=body,
+        timeout=30,
+    )
+    return created(response)
 
 
 def create_from_file(base_url: str, token: str, path: str, *, extractor: str, file_id: str):
@@ -21,24 +56,15 @@ def create_from_file(base_url: str, token: str, path: str, *, extractor: str, fi
             files={"file": upload},
             timeout=30,
         )
-    if response.status_code >= 400:
-        problem = response.json()  # application/problem+json: code, detail, errors
-        raise RuntimeError(f"{problem['code']}: {problem['detail']} {problem.get('errors', '')}")
-    return response.json()
+    return created(response)
 
 
 def wait_for(job_url: str, token: str, *, timeout: float = 600, first_wait: float = 1.0) -> dict:
-    """Poll the job until it is finished: waits double up to 30 s, with jitter, and a 429's
-    Retry-After is honoured."""
+    """Poll the job until it is finished: waits double up to 30 s, with jitter."""
     deadline = time.monotonic() + timeout
     wait = first_wait
     while True:
-        response = requests.get(job_url, headers={"Authorization": f"Token {token}"}, timeout=30)
-        if response.status_code == 429:
-            time.sleep(float(response.headers.get("Retry-After", wait)))
-            continue
-        response.raise_for_status()
-        job = response.json()
+        job = get(job_url, token)
         if job["status"] in FINISHED:
             return job
         if time.monotonic() + wait > deadline:
@@ -47,7 +73,46 @@ def wait_for(job_url: str, token: str, *, timeout: float = 600, first_wait: floa
         wait = min(wait * 2, 30.0)
 
 
+def fetch_result(job: dict, token: str) -> dict:
+    """A succeeded job's result; `payload` is what the extractor returned (the sandbox's:
+    `pages`, each with its `text`, and `key_values`)."""
+    return get(job["links"]["result"], token)
+
+
+def tail_events(base_url: str, token: str, handle, *, first_wait=1.0, max_wait=30.0, stop=None):
+    """Hand `handle` every event published from now on, oldest first, until `stop()` is true.
+    `events/latest/` says where the feed is now; then `after=<the last id handled>` is polled
+    at once while events come, and with waits doubling up to `max_wait` while none do."""
+    after = get(f"{base_url}/api/v1/events/latest/", token)["after"]
+    wait = first_wait
+    while not (stop and stop()):
+        events = get(f"{base_url}/api/v1/events/", token, after=after)["results"]
+        for event in events:
+            handle(event)
+            after = event["id"]  # keep it (a file, a table) to resume here after a restart
+        if events:
+            wait = first_wait
+            continue
+        time.sleep(wait * random.uniform(0.8, 1.2))
+        wait = min(wait * 2, max_wait)
+
+
 def verify_webhook(secret: str, body: bytes, headers: dict[str, str]) -> dict:
     """The event, if the signature and timestamp are right; raises WebhookVerificationError
     otherwise (answer 400 then, and 2xx only after the event is safely stored)."""
     return Webhook(secret).verify(body, headers)
+
+
+def quick_start(base_url: str, token: str, sample_url: str, file_id: str = "quick-start") -> dict:
+    """The README's quick start in Python: a job from a URL, waited for, and its result."""
+    job = create_from_url(base_url, token, sample_url, extractor="sandbox", file_id=file_id)
+    job = wait_for(job["links"]["self"], token)
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"job {job['id']} ended {job['status']}: {job['error']}")
+    return fetch_result(job, token)
+
+
+if __name__ == "__main__":
+    sample = "http://127.0.0.1:8765/samples/grant-report.txt"
+    result = quick_start("http://127.0.0.1:8000", os.environ["KEY"], sample)
+    print(result["payload"]["pages"][0]["text"])

@@ -5,7 +5,8 @@ It really extracts (see `extract.py`) and injects faults on demand: latency, tra
 responses. It honours Idempotency-Key
 and keeps counters (submissions per key, poll times, polls that came before the Retry-After it
 gave) at `GET /_sandbox/stats`, so tests can prove what a client did. For the demo it is also a
-webhook receiver (`POST`/`GET /_sandbox/webhooks`). State lives in memory, bounded: finished jobs
+webhook receiver (`POST`/`GET /_sandbox/webhooks`) and serves its sample documents
+(`GET /samples/<name>`) for jobs made from a URL. State lives in memory, bounded: finished jobs
 are forgotten after `job_retention` seconds and results kept up to `max_result_bytes`.
 
 Every `/_sandbox/...` route but the webhook receiver's POST needs the `X-Sandbox-Token` header
@@ -23,6 +24,7 @@ import hashlib
 import hmac
 import json
 import logging
+import mimetypes
 import os
 import random
 import re
@@ -34,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -59,6 +62,8 @@ EARLY_POLL_TOLERANCE = 0.05  # seconds of clock and scheduling slack
 # client a 1 s retransmit (Linux caps it at net.core.somaxconn).
 LISTEN_BACKLOG = 1024
 CONTROL_TOKEN_HEADER = "X-Sandbox-Token"
+SAMPLES = Path(__file__).resolve().parent / "samples"
+SAMPLES_PATH = "/samples/"
 
 
 def control_token() -> str:
@@ -325,6 +330,23 @@ class SandboxHandler(BaseHTTPRequestHandler):
     def send_error_json(self, status: int, code: str, message: str, **headers: str) -> None:
         self.send_json(status, {"error": {"code": code, "message": message}}, headers)
 
+    def send_sample(self, name: str) -> None:
+        """A bundled sample document, so that a job can be made from a `source_url` with no
+        other server (the README's quick start); `GET /samples/` lists them. Only those files:
+        the name is looked up, never joined to a path."""
+        samples = {path.name: path for path in SAMPLES.iterdir() if path.is_file()}
+        if not name:
+            return self.send_json(200, sorted(samples))
+        if name not in samples:
+            return self.send_error_json(404, "not_found", f"No sample {name!r}.")
+        data = samples[name].read_bytes()
+        media = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        self.send_response(200)
+        self.send_header("Content-Type", media)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def send_html(self, status: int, text: str) -> None:
         data = f"<html><body><h1>{status}</h1><p>{text}</p></body></html>".encode()
         self.send_response(status)
@@ -338,6 +360,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/healthz":
             return self.send_json(200, {"ok": True})
+        if self.path.startswith(SAMPLES_PATH):
+            return self.send_sample(urlsplit(self.path).path.removeprefix(SAMPLES_PATH))
         if self.path.startswith("/_sandbox/"):
             return self.control("GET")
         self.route("GET")

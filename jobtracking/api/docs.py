@@ -5,7 +5,13 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiExample,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import serializers
 
 from extraction.models import Extractor
 from jobtracking.models import ExtractionJob, Priority
@@ -13,6 +19,7 @@ from jobtracking.representation import job_representation, moment
 
 JOB_ID = "01939f4c-7a2e-7d4b-9a61-3f2b8c9d0e1f"
 JOBS_URL = "https://jobs.fluxx.example/api/v1/jobs/"
+EVENTS_URL = "https://jobs.fluxx.example/api/v1/events/"
 
 
 CREATED = datetime(2026, 12, 3, 9, 15, 2, 118000, tzinfo=UTC)
@@ -224,7 +231,8 @@ events_docs = extend_schema_view(
     list=extend_schema(
         summary="Read the event feed",
         description="Events of the jobs this client may see, oldest first. Poll with "
-        "`after=<the last id you processed>`; events appear once they are settled (a second "
+        "`after=<the last id you processed>` (to start from now, take `after` from "
+        "`GET /api/v1/events/latest/`); events appear once they are settled (a second "
         "old), so ids never arrive out of order. An event's `payload` is the job as "
         "`GET /api/v1/jobs/{id}/` showed it then (its links are paths); a webhook's `data` is "
         "the same.",
@@ -232,6 +240,28 @@ events_docs = extend_schema_view(
             OpenApiExample(
                 "An event",
                 value=EVENT_EXAMPLE,
+                response_only=True,
+                status_codes=["200"],
+            )
+        ],
+    ),
+    latest=extend_schema(
+        summary="Where the event feed is now",
+        description="To tail the feed from now rather than from its first event: `after` is "
+        "the id of the newest settled event (0 if none) and `next` the feed from there. "
+        "Then poll `GET /api/v1/events/?after=<the last id processed>` (add `type` or `job` "
+        "to filter). That gives every event published from now on, in id order, and no "
+        "earlier one but those still settling (at most a second old when asked).",
+        responses={
+            200: inline_serializer(
+                "EventFeedPosition",
+                {"after": serializers.IntegerField(), "next": serializers.URLField()},
+            )
+        },
+        examples=[
+            OpenApiExample(
+                "Now",
+                value={"after": 48213, "next": f"{EVENTS_URL}?after=48213"},
                 response_only=True,
                 status_codes=["200"],
             )

@@ -67,6 +67,8 @@ class KeysetCursorPagination(BasePagination):
 
     ordering: tuple[str, ...] = ("-created_at",)
     page_size = 50
+    # A person reading the browsable API: 50 jobs make a page tens of thousands of pixels tall.
+    browsable_page_size = 20
     page_size_query_param = "page_size"
     max_page_size = MAX_PAGE_SIZE
     cursor_query_param = "cursor"
@@ -104,7 +106,9 @@ class KeysetCursorPagination(BasePagination):
     def get_page_size(self, request) -> int:
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
-            return self.page_size
+            renderer = getattr(request, "accepted_renderer", None)
+            browsable = getattr(renderer, "format", None) == "api"
+            return self.browsable_page_size if browsable else self.page_size
         if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= self.max_page_size:
             return int(raw)
         raise ValidationError(
@@ -180,7 +184,8 @@ class KeysetCursorPagination(BasePagination):
                 "name": self.page_size_query_param,
                 "required": False,
                 "in": "query",
-                "description": f"Results per page (default {self.page_size}, at most "
+                "description": f"Results per page (default {self.page_size}, "
+                f"{self.browsable_page_size} in the browsable API; at most "
                 f"{self.max_page_size}).",
                 "schema": {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
             },

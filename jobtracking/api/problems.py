@@ -1,8 +1,13 @@
 """Every problem `code` the API answers with, documented: each problem's `type` is
-`/api/problems/<code>`, a page this service serves (HTML for a browser, JSON otherwise)."""
+`/api/problems/<code>`, a page this service serves (HTML for a browser, JSON otherwise). The
+descriptions are Markdown (`code` spans), rendered on the HTML pages."""
+
+from http import HTTPStatus
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.utils.html import format_html, format_html_join
+from django.template.response import TemplateResponse
+
+from jobtracking.api.markup import render
 
 # code: (HTTP status, what it means and what to do)
 PROBLEMS = {
@@ -117,16 +122,13 @@ def problem_page(request: HttpRequest, code: str) -> HttpResponse:
     status, text = PROBLEMS[code]
     if not _wants_html(request):
         return JsonResponse({"code": code, "status": status, "description": text})
-    return HttpResponse(
-        format_html(
-            "<!doctype html><title>{0}</title><h1>{0}</h1><p>HTTP {1}</p><p>{2}</p>"
-            '<p><a href="{3}">All problem codes</a></p>',
-            code,
-            status,
-            text,
-            TYPE_PREFIX,
-        )
-    )
+    context = {
+        "code": code,
+        "status": status,
+        "phrase": HTTPStatus(status).phrase,
+        "description": render(text),
+    }
+    return TemplateResponse(request, "api/problem.html", context)
 
 
 def problem_index(request: HttpRequest) -> HttpResponse:
@@ -134,15 +136,8 @@ def problem_index(request: HttpRequest) -> HttpResponse:
         return JsonResponse(
             {code: {"status": s, "description": t} for code, (s, t) in PROBLEMS.items()}
         )
-    rows = format_html_join(
-        "",
-        '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td></tr>',
-        ((problem_type(code), code, s, t) for code, (s, t) in PROBLEMS.items()),
-    )
-    return HttpResponse(
-        format_html(
-            "<!doctype html><title>API problems</title><h1>API problem codes</h1>"
-            "<table><tr><th>code</th><th>status</th><th>meaning</th></tr>{}</table>",
-            rows,
-        )
-    )
+    problems = [
+        {"code": code, "url": problem_type(code), "status": s, "description": render(t)}
+        for code, (s, t) in PROBLEMS.items()
+    ]
+    return TemplateResponse(request, "api/problems.html", {"problems": problems})

@@ -7,6 +7,7 @@ from jobtracking.api.webhook_endpoints import WebhookEndpointViewSet
 app_name = "api"
 
 router = DefaultRouter()
+router.APIRootView = views.ServiceRootView
 router.register("jobs", views.ExtractionJobViewSet, basename="job")
 router.register("extractors", views.ExtractorViewSet, basename="extractor")
 router.register("statuses", views.JobStatusViewSet, basename="status")

@@ -4,6 +4,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpResponse
+from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -14,6 +15,8 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.filters import OrderingFilter
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.routers import APIRootView
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
@@ -30,6 +33,7 @@ from jobtracking.api.docs import (
 )
 from jobtracking.api.errors import problem
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
+from jobtracking.api.markup import render as render_markup
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
@@ -63,6 +67,7 @@ from jobtracking.models import (
 )
 from jobtracking.selectors import (
     LIVENESS_WINDOWS,
+    event_feed_position,
     event_list,
     heartbeats,
     job_list,
@@ -337,20 +342,63 @@ class JobStatusViewSet(StrictQueryParameters, viewsets.ReadOnlyModelViewSet):
 @extend_schema(tags=["events"])
 class JobEventViewSet(StrictQueryParameters, mixins.ListModelMixin, viewsets.GenericViewSet):
     """The event feed (transactional outbox), oldest first. Page with `after=<last id seen>` or
-    the `next` cursor. Events appear once they are a second old, so ids never arrive out of
-    order."""
+    the `next` cursor; `latest/` gives where to tail it from now. Events appear once they are a
+    second old, so ids never arrive out of order."""
 
     serializer_class = JobEventSerializer
     permission_classes = [ActionPermission]
-    action_permissions = {"list": "jobtracking.view_extractionjob"}
+    action_permissions = {
+        "list": "jobtracking.view_extractionjob",
+        "latest": "jobtracking.view_extractionjob",
+    }
     filterset_class = EventFilterSet
     pagination_class = EventCursorPagination
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return JobEvent.objects.none()
-        settle = timedelta(seconds=settings.JOBS_EVENT_FEED_SETTLE_SECONDS)
-        return event_list(user=self.request.user, settle=settle)
+        return event_list(user=self.request.user, settle=feed_settle())
+
+    @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
+    def latest(self, request):
+        """Where the feed is now: tail it from `next` (`after` = the newest settled event's id)
+        to get only what is published from now on, without paging through the past."""
+        position = event_feed_position(settle=feed_settle())
+        feed = request.build_absolute_uri(reverse("api:event-list"))
+        return Response({"after": position, "next": replace_query_param(feed, "after", position)})
+
+
+def feed_settle() -> timedelta:
+    return timedelta(seconds=settings.JOBS_EVENT_FEED_SETTLE_SECONDS)
+
+
+class ServiceRootView(APIRootView):
+    """The browsable API's home: what the service is, where its documentation is, and a link to
+    each endpoint (the JSON answer has them too)."""
+
+    DESCRIPTION = (
+        "The system of record for document-extraction jobs: each job asks an external "
+        "extractor to extract one file; background workers submit it and poll it until it is "
+        "done, and its whole history is kept. Create jobs at `jobs/` (a file upload or a "
+        "`source_url`), follow them there or through `events/` and signed webhooks.\n\n"
+        "Documentation: [Swagger UI]({docs}), the [OpenAPI document]({schema}) and every "
+        "error `code` at [problem codes]({problems}). Requests need `Authorization: Token "
+        "<key>` or an admin session."
+    )
+    PAGES = {"stats": "api:stats", "docs": "docs", "schema": "schema", "problems": "problems"}
+
+    def get_view_name(self) -> str:
+        return "Extraction job tracking API"
+
+    def get_view_description(self, html: bool = False) -> str:
+        text = self.DESCRIPTION.format(**{name: reverse(url) for name, url in self.PAGES.items()})
+        return render_markup(text) if html else text
+
+    def get(self, request, *args, **kwargs):
+        response = super().get(request, *args, **kwargs)
+        for name, url_name in self.PAGES.items():
+            response.data[name] = request.build_absolute_uri(reverse(url_name))
+        return response
 
 
 class StatsView(StrictQueryParameters, APIView):

@@ -611,3 +611,21 @@ def test_a_source_url_cannot_read_the_webhooks_the_sandbox_received(sandbox):
         )
     assert "HTTPError" in refused.value.message
     assert sandbox.stats()["jobs"] == 0
+
+
+def test_sandbox_serves_its_samples_over_http(sandbox):
+    listing = requests.get(f"{sandbox.url}/samples/", timeout=5)
+    names = sorted(path.name for path in SAMPLES.iterdir())
+    assert listing.json() == names
+    types = {".pdf": "application/pdf", ".txt": "text/plain", ".csv": "text/csv"}
+    for name in names:
+        served = requests.get(f"{sandbox.url}/samples/{name}?download=1", timeout=5)
+        assert served.status_code == 200
+        assert served.content == (SAMPLES / name).read_bytes()
+        assert served.headers["Content-Type"] == types[Path(name).suffix]
+
+
+@pytest.mark.parametrize("path", ["/samples/server.py", "/samples/..%2Fserver.py", "/samples/x"])
+def test_sandbox_serves_nothing_but_its_samples(sandbox, path):
+    answer = requests.get(f"{sandbox.url}{path}", timeout=5)
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"

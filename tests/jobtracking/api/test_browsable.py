@@ -116,3 +116,29 @@ def test_an_action_form_takes_the_actions_fields(person, extractor):
     # The empty choice keeps the job's priority: the form is valid, and the job, still
     # pending, cannot be requeued.
     assert kept.status_code == 409 and kept.json()["code"] == "invalid_transition"
+
+
+def test_the_api_root_describes_the_service_and_links_its_docs(person):
+    page = html(person.get("/api/v1/", HTTP_ACCEPT="text/html"))
+    assert "default basic root view" not in page and "Django REST framework" not in page
+    assert "<h1>Extraction job tracking API</h1>" in page
+    assert "system of record for document-extraction jobs" in page
+    for path in ("/api/docs/", "/api/schema/", "/api/problems/"):
+        assert f'<a href="{path}">' in page
+    assert "<code>Authorization: Token &lt;key&gt;</code>" in page
+    links = person.get("/api/v1/", HTTP_ACCEPT="application/json").json()
+    assert links["docs"] == "http://testserver/api/docs/"
+    assert links["jobs"] == "http://testserver/api/v1/jobs/" and "problems" in links
+
+
+def test_the_browsable_jobs_list_pages_by_20_while_json_keeps_its_default(person, extractor):
+    owner = get_user_model().objects.get(username="person")
+    for n in range(21):
+        api_job(extractor, user=owner, file_id=f"page-{n}")
+    browsable = person.get(JOBS, HTTP_ACCEPT="text/html")
+    assert len(browsable.data["results"]) == 20 and browsable.data["next"]
+    assert len(person.get(JOBS, HTTP_ACCEPT="application/json").json()["results"]) == 21
+    asked = person.get(f"{JOBS}?page_size=3", HTTP_ACCEPT="text/html")
+    assert len(asked.data["results"]) == 3
+    # The browsable page links the stylesheet that wraps its long cursor links.
+    assert "/static/jobtracking/api/browsable.css" in html(browsable)

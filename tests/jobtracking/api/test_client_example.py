@@ -1,6 +1,7 @@
 """docs/api.md's client example, run for real: a multipart upload through a live server, a wait
 with backoff while the job moves on, and a webhook verified as a receiver would."""
 
+import re
 import threading
 
 import pytest
@@ -13,6 +14,7 @@ from jobtracking.services.tokens import token_issue
 from jobtracking.webhooks import delivery_body, post_signed, subscription_secret
 from tests.factories import ExtractorFactory
 from tests.jobtracking.api.conftest import service_account
+from tests.processes import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("seeded_statuses")]
 
@@ -67,3 +69,12 @@ def test_a_receiver_verifies_what_the_service_signs(httpserver, settings):
     event = JobEventFactory()
     status = post_signed(subscription, str(event.event_id), delivery_body(event)).status
     assert status == 200 and received["event"]["type"] == JobEvent.objects.get().type
+
+
+def test_docs_python_is_the_example_clients_own_code():
+    # What docs/api.md shows is what runs here: each block is a verbatim part of client.py.
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), re.S)
+    source = (ROOT / "docs" / "examples" / "client.py").read_text()
+    assert len(blocks) >= 4
+    for block in blocks:
+        assert block in source, block

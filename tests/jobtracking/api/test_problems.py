@@ -2,6 +2,7 @@
 every request makes are remembered briefly."""
 
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -78,3 +79,27 @@ def test_a_known_token_costs_no_query_and_a_revoked_one_stops_within_the_cache_t
     ApiToken.objects.filter(user=owner).delete()
     time.sleep(0.6)
     assert_problem(api.get("/api/v1/statuses/"), 401, "authentication_failed")
+
+
+def test_problem_pages_render_their_markdown_with_the_services_stylesheet(anonymous):
+    page = anonymous.get("/api/problems/force_required", HTTP_ACCEPT="text/html")
+    html = page.content.decode()
+    assert "<code>&quot;force&quot;: true</code>" in html and "`" not in html
+    assert "HTTP 409 Conflict" in html
+    index = anonymous.get("/api/problems/", HTTP_ACCEPT="text/html").content.decode()
+    assert "`" not in index
+    assert '<a href="/api/problems/throttled"><code>throttled</code></a>' in index
+    assert "wait for <code>Retry-After</code> seconds" in index
+    for response in (page, anonymous.get("/api/problems/", HTTP_ACCEPT="text/html")):
+        text = response.content.decode()
+        assert "style-src 'self'" in response["Content-Security-Policy"]
+        # CSP-compatible: one stylesheet of this origin, no inline style.
+        assert '<link rel="stylesheet" href="/static/jobtracking/api/problems.css">' in text
+        assert "<style" not in text and " style=" not in text
+
+
+def test_the_problem_stylesheet_loads_nothing_from_elsewhere():
+    from django.contrib.staticfiles import finders
+
+    css = Path(finders.find("jobtracking/api/problems.css")).read_text()
+    assert "@import" not in css and "url(" not in css and "header" in css
