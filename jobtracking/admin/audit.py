@@ -87,7 +87,16 @@ class JobIdSearch:
 
 @admin.register(ExtractionResult)
 class ExtractionResultAdmin(JobIdSearch, JobScopedAdmin):
-    list_display = ["job", "attempt", "extractor", "pages", "size", "version", "received", "full"]
+    list_display = [
+        "job_link",
+        "attempt",
+        "extractor",
+        "pages",
+        "size",
+        "version",
+        "received",
+        "full",
+    ]
     list_filter = [ReceivedFilter, "job__extractor"]
     search_help_text = "A job id (whole)."
     list_select_related = ["job__extractor"]
@@ -98,7 +107,7 @@ class ExtractionResultAdmin(JobIdSearch, JobScopedAdmin):
     ordering = ["-id"]
     # The payload is read on the full-result page (`full`), not as a JSON blob here.
     fields = [
-        "job",
+        "job_link",
         "attempt",
         "full",
         "extractor",
@@ -112,7 +121,7 @@ class ExtractionResultAdmin(JobIdSearch, JobScopedAdmin):
     readonly_fields = fields
 
     @admin.display(description="job")
-    def job(self, result: ExtractionResult):
+    def job_link(self, result: ExtractionResult):
         return job_link(result.job_id)
 
     @admin.display(description="extractor", ordering="job__extractor__slug")
@@ -143,7 +152,7 @@ class ExtractionResultAdmin(JobIdSearch, JobScopedAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(JobIdSearch, JobScopedAdmin):
-    list_display = ["id", "type", "job", "published", "event_id"]
+    list_display = ["id", "type", "job_link", "published", "event_id"]
     list_filter = ["type", PublishedFilter]
     search_help_text = "An event id or job id (whole)."
     search_ids = search_fields = ("event_id", "job_id")
@@ -153,7 +162,7 @@ class JobEventAdmin(JobIdSearch, JobScopedAdmin):
     ordering = ["-id"]
 
     @admin.display(description="job")
-    def job(self, event: JobEvent):
+    def job_link(self, event: JobEvent):
         return job_link(event.job_id)
 
     @admin.display(description="published", ordering="created_at")
