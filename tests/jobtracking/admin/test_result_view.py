@@ -173,3 +173,25 @@ def test_shape_result_shows_what_it_can_of_any_payload(payload):
     for pair in view.key_values:
         assert isinstance(pair.key, str) and pair.key and isinstance(pair.value, str)
         assert pair.confidence is None or 0 <= pair.confidence <= 1
+
+
+SMALL = st.integers(0, 5)
+SPANNING_TABLE = st.fixed_dictionaries(
+    {
+        "rowCount": SMALL,
+        "columnCount": SMALL,
+        "cells": st.lists(
+            st.fixed_dictionaries(
+                {"rowIndex": SMALL, "columnIndex": SMALL, "content": st.text(max_size=3)},
+                optional={"rowSpan": st.integers(0, 4), "columnSpan": st.integers(0, 4)},
+            ),
+            max_size=12,
+        ),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SPANNING_TABLE)
+def test_table_view_lines_up_cells_whose_spans_overlap(table):
+    assert_grid_lines_up(table_view(table).rows)
