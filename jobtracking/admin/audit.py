@@ -156,6 +156,9 @@ class JobEventAdmin(JobIdSearch, JobScopedAdmin):
     list_filter = ["type", PublishedFilter]
     search_help_text = "An event id or job id (whole)."
     search_ids = search_fields = ("event_id", "job_id")
+    # Named, since Django leaves a non-editable field (event_id) off a page by default.
+    fields = ["id", "event_id", "type", "job_link", "published", "payload"]
+    readonly_fields = fields
     list_per_page = 100
     show_full_result_count = False
     paginator = EstimatedCountPaginator

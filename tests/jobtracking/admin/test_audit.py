@@ -106,3 +106,13 @@ def test_job_page_shows_events_only_to_those_who_may_view_them(client, events):
     client.force_login(staff("view_extractionjob", "view_all_extractionjobs"))
     html = client.get(f"{JOBS}{created.job_id}/change/").content.decode()
     assert "Status timeline" in html and 'id="events-module"' not in html
+
+
+def test_result_and_event_pages_render_read_only(root_client, results, events):
+    recent, _ = results
+    html = root_client.get(f"{RESULTS}{recent.pk}/change/").content.decode()
+    assert f"{JOBS}{recent.job_id}/results/1/" in html and "prebuilt-layout" in html
+    assert 'name="_save"' not in html and "Total: 10" not in html  # the payload is a link away
+    event = events[0]
+    html = root_client.get(f"{EVENTS}{event.pk}/change/").content.decode()
+    assert str(event.event_id) in html and 'name="_save"' not in html
