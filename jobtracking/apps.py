@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class JobtrackingConfig(AppConfig):
     name = "jobtracking"
-    verbose_name = "Extraction jobs"
+    verbose_name = "Job tracking"

@@ -1,13 +1,16 @@
 """What every page of the console shares: status badges, compact times, read-only admins, and
 the admin's own log (LogEntry) of what staff did."""
 
+import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import models
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 
 from jobtracking import states
@@ -40,10 +43,11 @@ def status_badge(code: str | None):
 
 
 def moment(value: datetime | None) -> str:
-    """A time to the second, with its date: what an audit record needs."""
+    """A time to the second, with its date and zone: what an audit record needs. The format is
+    Django's DATETIME_FORMAT (config/formats/), the one every other time in the console uses."""
     if value is None:
         return "—"
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+    return date_format(timezone.localtime(value), "DATETIME_FORMAT")
 
 
 def span(value: timedelta | None) -> str:
@@ -72,6 +76,41 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
     return f"{span((now or timezone.now()) - value)} ago"
 
 
+class DateRangeFilter(admin.SimpleListFilter):
+    """Last day / week / month on a date field, without a full-table date scan."""
+
+    field = "created_at"
+    ranges = {"1": "Last 24 hours", "7": "Last 7 days", "30": "Last 30 days", "90": "Last 90 days"}
+
+    def lookups(self, request, model_admin):
+        return list(self.ranges.items())
+
+    def queryset(self, request, queryset):
+        if self.value() in self.ranges:
+            since = timezone.now() - timedelta(days=int(self.value()))
+            return queryset.filter(**{f"{self.field}__gte": since})
+        return queryset
+
+
+def job_link(job_id) -> str:
+    """A job's short id (as the jobs list shows it) leading to its page."""
+    url = reverse("admin:jobtracking_extractionjob_change", args=[job_id])
+    return format_html('<a href="{}">{}</a>', url, str(job_id)[-12:])
+
+
+def uuid_search(queryset: models.QuerySet, term: str, *fields: str) -> models.QuerySet:
+    """Rows where one of `fields` is the UUID `term`: an index lookup each, never a scan; no
+    rows when `term` is not a UUID."""
+    try:
+        value = uuid.UUID(term)
+    except ValueError:
+        return queryset.none()
+    query = models.Q()
+    for field in fields:
+        query |= models.Q(**{field: value})
+    return queryset.filter(query)
+
+
 def record(request, objects: Iterable[models.Model], message: str) -> None:
     """One LogEntry per object, so the object's History and the index's Recent actions show
     what staff did through actions and buttons (the services keep their own audit rows)."""
@@ -97,12 +136,6 @@ class NoWrites:
 
 class ReadOnlyAdmin(NoWrites, admin.ModelAdmin):
     pass
-
-
-class ReadOnlyInline(NoWrites, admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = False
 
 
 def admin_actor(request) -> Actor:

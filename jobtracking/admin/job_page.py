@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.admin.common import admin_actor, ago, moment, record, span, status_badge
+from jobtracking.admin.result_view import shape_result
 from jobtracking.errors import ApplicationError
 from jobtracking.models import ExtractionJob, ExtractionResult, Priority
 from jobtracking.selectors import job_may_act
@@ -68,41 +69,6 @@ def timeline(job: ExtractionJob, now: datetime) -> list[dict[str, Any]]:
     return rows
 
 
-def page_texts(payload: Any) -> list[tuple[Any, str]]:
-    """The text of each page, whichever extractor wrote the payload: the job protocol's
-    `pages[].text`, or Azure's `pages[].lines[].content` (else the page's spans of `content`).
-    The payload is the extractor's word: whatever does not have the expected shape is skipped."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("pages"), list):
-        return []
-    content = payload.get("content") if isinstance(payload.get("content"), str) else ""
-    texts = []
-    for number, page in enumerate(payload["pages"], start=1):
-        if not isinstance(page, dict):
-            continue
-        if isinstance(page.get("text"), str):
-            text = page["text"]
-        elif isinstance(page.get("lines"), list):
-            text = "\n".join(
-                str(line.get("content", "")) for line in page["lines"] if isinstance(line, dict)
-            )
-        else:
-            spans = page.get("spans") if isinstance(page.get("spans"), list) else []
-            text = "".join(span_text(content, span) for span in spans)
-        texts.append((page.get("number", page.get("pageNumber", number)), text))
-    return texts
-
-
-def span_text(content: str, span: Any) -> str:
-    """The part of `content` a span names; nothing unless its offset and length are whole
-    numbers (not booleans) of at least 0."""
-    if not isinstance(span, dict):
-        return ""
-    offset, length = span.get("offset", 0), span.get("length", 0)
-    if not all(type(value) is int and value >= 0 for value in (offset, length)):
-        return ""
-    return content[offset : offset + length]
-
-
 class JobActForm(forms.Form):
     reason = forms.CharField(
         required=False, max_length=1000, widget=forms.Textarea(attrs={"rows": 3, "cols": 60})
@@ -150,6 +116,12 @@ class JobPageViews:
                 summary=summary(obj, now),
                 timeline=timeline(obj, now),
                 results=list(obj.results.order_by("-attempt")),
+                # Shown to those who may view events, as Django shows an inline.
+                events=(
+                    list(obj.events.order_by("id"))
+                    if request.user.has_perm("jobtracking.view_jobevent")
+                    else None
+                ),
                 may_requeue=obj.is_terminal and self._may_act(request, obj, "requeue"),
                 may_cancel=not obj.is_terminal and self._may_act(request, obj, "cancel"),
             )
@@ -232,7 +204,8 @@ class JobPageViews:
             "title": f"Result of job {job.pk}, attempt {attempt}",
             "job": job,
             "result": result,
-            "pages": page_texts(payload),
+            "received": moment(result.received_at),
+            "view": shape_result(payload),
             "pretty": pretty,
             "opts": self.model._meta,
         }

@@ -1,20 +1,18 @@
 """The jobs list: filters, index-backed search (short id included), bulk actions and CSV."""
 
-from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.core.exceptions import PermissionDenied
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
 
 from jobtracking import states
 from jobtracking.admin.common import (
     STATUS_LABELS,
+    DateRangeFilter,
     ReadOnlyAdmin,
-    ReadOnlyInline,
     admin_actor,
     moment,
     record,
@@ -25,17 +23,9 @@ from jobtracking.admin.export import jobs_csv_response
 from jobtracking.admin.job_page import JobPageViews
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.errors import ApplicationError
-from jobtracking.models import ExtractionJob, JobEvent, Priority
+from jobtracking.models import ExtractionJob, Priority
 from jobtracking.selectors import job_list, job_may_act, job_search
 from jobtracking.services import job_cancel, job_requeue, jobs_set_priority
-
-
-class EventInline(ReadOnlyInline):
-    model = JobEvent
-    verbose_name_plural = "Events published"
-    fields = ["id", "type", "created_at", "event_id"]
-    readonly_fields = fields
-    classes = ["collapse"]
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -60,22 +50,6 @@ class JobActionForm(ActionForm):
         label="Priority",
         help_text="For Set priority, and for Requeue (default: keep).",
     )
-
-
-class DateRangeFilter(admin.SimpleListFilter):
-    """Last day / week / month on a date field, without a full-table date scan."""
-
-    field = "created_at"
-    ranges = {"1": "Last 24 hours", "7": "Last 7 days", "30": "Last 30 days", "90": "Last 90 days"}
-
-    def lookups(self, request, model_admin):
-        return list(self.ranges.items())
-
-    def queryset(self, request, queryset):
-        if self.value() in self.ranges:
-            since = timezone.now() - timedelta(days=int(self.value()))
-            return queryset.filter(**{f"{self.field}__gte": since})
-        return queryset
 
 
 class CreatedFilter(DateRangeFilter):
@@ -125,7 +99,6 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     ordering = ["-created_at"]
-    inlines = [EventInline]
     action_form = JobActionForm
     actions = ["requeue_selected", "cancel_selected", "set_priority", "export_csv"]
     change_form_template = "admin/jobtracking/extractionjob/change_form.html"

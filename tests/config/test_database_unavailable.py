@@ -282,7 +282,7 @@ def test_postgresql_down_answers_503_and_requests_work_again_once_it_is_back(tmp
         assert response.status_code == 200, response.text
         assert "results" in response.json()
         response = admin()
-        assert response.status_code == 200 and "Site administration" in response.text
+        assert response.status_code == 200 and "Staff console" in response.text
     finally:
         stop(gunicorn, signal.SIGKILL)
     log = (tmp_path / "gunicorn.log").read_text()

@@ -3,6 +3,7 @@ buttons with their permissions and their LogEntry."""
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -11,11 +12,14 @@ from django.db import connection
 from django.utils import timezone
 
 from jobtracking.admin.common import span
-from jobtracking.admin.job_page import page_texts
 from jobtracking.models import ExtractionJob, JobStatusChange
 from jobtracking.services import Actor, job_transition
 from tests.factories import ExtractionJobFactory, ExtractionResultFactory, ExtractorFactory, api_job
 from tests.jobtracking.admin.conftest import JOBS, OPERATOR, staff
+
+AZURE_RESULT = (
+    Path(__file__).resolve().parents[2] / "extraction/fixtures/azure_di/result_succeeded.json"
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -188,18 +192,6 @@ def test_the_full_result_shows_pretty_json_and_text_per_page(operator, client):
     assert json.loads(download.content)["pages"][1]["text"] == "Page two"
 
 
-def test_page_texts_read_the_azure_shape():
-    azure = {
-        "content": "Hello world\nSecond page",
-        "pages": [
-            {"pageNumber": 1, "lines": [{"content": "Hello"}, {"content": "world"}]},
-            {"pageNumber": 2, "spans": [{"offset": 12, "length": 11}]},
-        ],
-    }
-    assert page_texts(azure) == [(1, "Hello\nworld"), (2, "Second page")]
-    assert page_texts({"status": "no pages"}) == []
-
-
 @pytest.mark.parametrize(
     ("pages", "shown"),
     [
@@ -218,17 +210,46 @@ def test_the_full_result_survives_a_malformed_payload(operator, client, pages, s
     result = ExtractionResultFactory(payload={"content": "Hello world", "pages": pages})
     response = client.get(f"{JOBS}{result.job.pk}/results/{result.attempt}/")
     assert response.status_code == 200
-    assert [text for _, text in response.context["pages"]] == shown
+    assert [text for _, text in response.context["view"].pages] == shown
     assert "&quot;pages&quot;" in response.content.decode()  # and the JSON as it came
 
 
-@pytest.mark.parametrize("payload", [[1, 2], "text", 3, {"pages": "many"}, {"pages": None}])
-def test_the_full_result_of_a_payload_that_is_not_an_object_shows_the_json(
-    operator, client, payload
-):
+@pytest.mark.parametrize(
+    "payload",
+    [
+        [1, 2],
+        "text",
+        3,
+        {"pages": "many"},
+        {"pages": None},
+        {"tables": "none", "key_values": {"a": 1}, "keyValuePairs": 7},
+        {"tables": [None, 3, {"cells": None}, {"rows": "r"}, {"cells": [{"rowIndex": "0"}]}]},
+        {"tables": [{"rowCount": -1, "columnCount": True, "cells": [[0, 0], "cell", None]}]},
+        {"tables": [{"cells": [{"rowIndex": 0, "columnIndex": 0, "rowSpan": 10**20}]}]},
+        {"tables": [{"rows": [["a", {"b": 1}], "row", None, [None, 2.5, True]]}]},
+        {"key_values": [None, "k", {"key": None}, {"key": {"content": 3}, "value": [1]}]},
+        {"keyValuePairs": [{"key": {"content": "k"}, "confidence": "high"}, {"key": {}}]},
+        {"keyValuePairs": [{"key": "k", "confidence": 7, "boundingRegions": [None]}]},
+    ],
+)
+def test_the_full_result_of_a_malformed_payload_shows_the_json(operator, client, payload):
     result = ExtractionResultFactory(payload=payload)
     response = client.get(f"{JOBS}{result.job.pk}/results/{result.attempt}/")
-    assert response.status_code == 200 and response.context["pages"] == []
+    assert response.status_code == 200
+    assert 'id="result-json"' in response.content.decode()
+
+
+def test_the_full_result_shows_pairs_and_tables_for_people(operator, client):
+    azure = json.loads(AZURE_RESULT.read_text())["body"]["analyzeResult"]
+    result = ExtractionResultFactory(payload=azure)
+    html = client.get(f"{JOBS}{result.job.pk}/results/{result.attempt}/").content.decode()
+    pairs = html[html.index('id="key-values"') : html.index('id="document-tables"')]
+    assert "<td>Total assets:</td><td>2,104,300</td><td>2</td><td>88%</td>" in pairs
+    tables = html[html.index('id="document-tables"') : html.index('id="result-json-box"')]
+    assert "Table 1, page 2: Balance Sheet" in tables
+    assert '<th colspan="2">Amount</th>' in tables and '<th rowspan="2">Assets</th>' in tables
+    assert "<tr><td>Buildings</td><td>2,000,000</td></tr>" in tables
+    assert "Page 2" in html and "Total assets: 2,104,300" in html  # the texts stay
 
 
 def test_the_short_id_shown_in_the_list_is_searchable(operator, client, failed_job):

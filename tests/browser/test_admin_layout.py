@@ -1,0 +1,121 @@
+"""The console's pages on a phone (390 x 844) and a laptop (1366 x 900): none scrolls sideways,
+and on a phone the lists and the job page's tables show each row as a card of labelled cells.
+Screenshots: test-artifacts/browser/layout-<width>-<page>.png."""
+
+import json
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from jobtracking.models import ExtractionJob
+from jobtracking.services import Actor, job_transition
+from tests.browser.chromium import ARTIFACTS, LAPTOP, MARKS, PHONE
+from tests.factories import ExtractionResultFactory, ExtractorFactory, api_job
+
+pytestmark = MARKS
+
+AZURE_RESULT = Path(__file__).resolve().parents[1] / (
+    "extraction/fixtures/azure_di/result_succeeded.json"
+)
+
+
+def record_error(job) -> None:
+    job.error_code = "extraction_failed"
+    job.error_message = "The extractor could not read page 3: " + "unreadable-scan-" * 12
+
+
+@pytest.fixture
+def console_jobs():
+    extractor = ExtractorFactory(slug="azure-document-intelligence")
+    # Long words that cannot break at a space: the hardest case for a narrow screen.
+    failed = api_job(
+        extractor,
+        "riverbend-community-trust-quarterly-financial-statement-2025-q2",
+        file_name="riverbend-community-trust-quarterly-financial-statement-2025-q2.pdf",
+        source_url="https://files.example.org/" + "statements/" * 8 + "q2.pdf",
+    )
+    job_transition(
+        job_id=failed.pk,
+        to_status="submitting",
+        actor=Actor.system(),
+        details={"http_status": 202, "external_job_id": "ext-" + "7" * 40},
+    )
+    job_transition(
+        job_id=failed.pk,
+        to_status="failed",
+        actor=Actor.system(),
+        reason="the extractor said: corrupt",
+        prepare=record_error,
+    )
+    analyzed = api_job(extractor, "budget", file_name="budget.pdf", source_url="https://f.org/b")
+    result = ExtractionResultFactory(
+        job=analyzed,
+        payload=json.loads(AZURE_RESULT.read_text())["body"]["analyzeResult"],
+        model_version="prebuilt-layout/2024-11-30",
+    )
+    return ExtractionJob.objects.get(pk=failed.pk), result
+
+
+def scrolls_sideways(page) -> bool:
+    return page.evaluate(
+        "() => document.documentElement.scrollWidth > document.documentElement.clientWidth"
+    )
+
+
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["phone", "laptop"])
+def test_console_pages_fit_the_screen_without_scrolling_sideways(
+    live_server, staff_page, viewport, console_jobs
+):
+    failed, result = console_jobs
+    pages = {
+        "jobs": ("/admin/jobtracking/extractionjob/", "#result_list"),
+        "job": (f"/admin/jobtracking/extractionjob/{failed.pk}/change/", "#timeline"),
+        "full-result": (
+            reverse("admin:jobtracking_job_result", args=[result.job_id, result.attempt]),
+            "#document-tables table",
+        ),
+        "events": ("/admin/jobtracking/jobevent/", "#result_list"),
+        "results": ("/admin/jobtracking/extractionresult/", "#result_list"),
+        "audit": ("/admin/jobtracking/jobstatuschange/", "#result_list"),
+    }
+    page = staff_page
+    crowded = []
+    for name, (path, ready) in pages.items():
+        page.goto(f"{live_server.url}{path}")
+        page.wait_for_selector(ready)
+        page.screenshot(
+            path=str(ARTIFACTS / f"layout-{viewport['width']}-{name}.png"), full_page=True
+        )
+        if scrolls_sideways(page):
+            crowded.append(name)
+    assert crowded == []
+
+
+def test_on_a_phone_rows_are_cards_of_labelled_cells(live_server, staff_page, console_jobs):
+    failed, result = console_jobs
+    page = staff_page
+    page.set_viewport_size(PHONE)
+    page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/")
+    priority = page.locator("#result_list tbody td.field-priority").first
+    assert priority.get_attribute("data-label") == "Priority"
+    before = priority.evaluate("e => getComputedStyle(e, '::before').content")
+    assert before == '"Priority: "'
+    # The cells of a row wrap onto lines of their own width, not a table's column.
+    row = page.locator("#result_list tbody tr").first
+    assert row.evaluate("e => getComputedStyle(e).display") == "flex"
+
+    page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/{failed.pk}/change/")
+    reason = page.locator("#timeline tbody tr:not(.attempt) td").last
+    assert reason.get_attribute("data-label") == "reason and details"
+    assert page.locator("#timeline tr.attempt th").first.inner_text() == "Attempt 1"
+
+    page.goto(
+        f"{live_server.url}"
+        + reverse("admin:jobtracking_job_result", args=[result.job_id, result.attempt])
+    )
+    amount = page.locator("#document-tables th[colspan='2']")
+    assert amount.inner_text() == "Amount"
+    assert page.locator("#document-tables th[rowspan='2']").inner_text() == "Assets"
+    assert page.locator("#key-values td[data-label='confidence']").first.inner_text() == "93%"
+    assert not scrolls_sideways(page)
