@@ -2,15 +2,22 @@
 
 import contextlib
 import uuid
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Count, Min, Q, QuerySet
+from django.db.models.functions import Trunc
 from django.utils import timezone
+from django.utils.module_loading import import_string
+from django_q.conf import Conf
+from django_q.models import OrmQ, Schedule
+from django_q.utils import get_func_repr
 
 from jobtracking import states
+from jobtracking.engine.queue import KIND_ORDER, task_kind
 from jobtracking.models import (
     ACTIVE_STATUS,
     SHORT_ID,
@@ -165,3 +172,111 @@ LIVENESS_WINDOWS = {"cluster": timedelta(seconds=180), "dispatcher": timedelta(s
 
 def heartbeats(*, kind: str, within: timedelta) -> list[ServiceHeartbeat]:
     return list(ServiceHeartbeat.objects.filter(kind=kind, beat_at__gte=timezone.now() - within))
+
+
+def active_jobs_by_extractor(jobs: QuerySet[ExtractionJob]) -> dict[str, Any]:
+    """Now, per extractor and in all: the pending jobs (waiting to be taken) apart from those in
+    flight (taken: on the way to the extractor or at it), with the creation time of the oldest of
+    each. One grouped pass over the active jobs (a partial index holds only them)."""
+    pending = Q(status=states.PENDING)
+    in_flight = Q(status__in=sorted(states.IN_FLIGHT))
+    rows = list(
+        jobs.filter(ACTIVE_STATUS)
+        .order_by()
+        .values("extractor__slug")
+        .annotate(
+            pending=Count("pk", filter=pending),
+            in_flight=Count("pk", filter=in_flight),
+            oldest_pending_at=Min("created_at", filter=pending),
+            oldest_in_flight_at=Min("created_at", filter=in_flight),
+        )
+        .order_by("extractor__slug")
+    )
+    totals = {
+        group: {
+            "count": sum(row[group] for row in rows),
+            "oldest_at": min(
+                (row[f"oldest_{group}_at"] for row in rows if row[f"oldest_{group}_at"]),
+                default=None,
+            ),
+        }
+        for group in ("pending", "in_flight")
+    }
+    return {"by_extractor": rows, **totals}
+
+
+THROUGHPUT_UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}
+
+
+def job_throughput(jobs: QuerySet[ExtractionJob], *, unit: str, count: int) -> list[dict]:
+    """Jobs created, succeeded and otherwise finished (failed, timed out, cancelled) in each of
+    the last `count` minutes or hours (`unit`), oldest first; the last one is under way. Two
+    grouped queries, each a range scan of an index (`job_created_idx`, `job_completed_idx`)."""
+    step = THROUGHPUT_UNITS[unit]
+    now = timezone.localtime()
+    current = now.replace(second=0, microsecond=0, **({"minute": 0} if unit == "hour" else {}))
+    start = current - step * (count - 1)
+    buckets = {
+        start + step * index: {"created": 0, "succeeded": 0, "not_succeeded": 0}
+        for index in range(count)
+    }
+    finished = (
+        jobs.filter(completed_at__gte=start)
+        .annotate(at=Trunc("completed_at", unit))
+        .order_by()
+        .values_list("at")
+        .annotate(ok=Count("pk", filter=Q(status=states.SUCCEEDED)), all=Count("pk"))
+    )
+    for at, ok, total in finished:
+        if at in buckets:
+            buckets[at]["succeeded"] += ok
+            buckets[at]["not_succeeded"] += total - ok
+    created = (
+        jobs.filter(created_at__gte=start)
+        .annotate(at=Trunc("created_at", unit))
+        .order_by()
+        .values_list("at")
+        .annotate(n=Count("pk"))
+    )
+    for at, total in created:
+        if at in buckets:
+            buckets[at]["created"] += total
+    return [{"at": at, **counts} for at, counts in buckets.items()]
+
+
+def broker_tasks_waiting(*, read: int) -> dict[str, Any]:
+    """The tasks waiting in django-q2's broker (not taken by a cluster): how many, by kind
+    (`jobtracking.engine.queue.task_kind`) and function, whether each function still exists
+    (a task whose function is gone fails when run), and when the oldest was enqueued. Learning
+    a task's function means unsigning and unpickling it: only the oldest `read` are decoded."""
+    waiting = OrmQ.objects.filter(key=Conf.CLUSTER_NAME, lock__lte=timezone.now())
+    schedules = Schedule.objects.values_list("func", flat=True)
+    scheduled = {path.rpartition(".")[2] for path in schedules}
+    functions: Counter[str] = Counter()
+    oldest = None
+    for row in waiting.order_by("id")[:read]:
+        task = row.task  # {"id": "*BadSignature"} when it cannot be decoded
+        functions[get_func_repr(task.get("func")) or "(unreadable)"] += 1
+        oldest = oldest or task.get("started")
+    decoded = functions.total()
+    total = waiting.count() if decoded == read else decoded
+    kinds: dict[str, dict[str, Any]] = {kind: {"count": 0, "functions": []} for kind in KIND_ORDER}
+    for func, n in functions.most_common():
+        kind = kinds[task_kind(func, scheduled)]
+        kind["count"] += n
+        kind["functions"].append({"name": func, "count": n, "exists": _importable(func)})
+    return {
+        "total": total,
+        "read": decoded,
+        "partial": total > decoded,
+        "oldest_enqueued_at": oldest,
+        "kinds": kinds,
+    }
+
+
+def _importable(path: str) -> bool:
+    try:
+        import_string(path)
+    except ImportError:
+        return False
+    return True

@@ -31,6 +31,8 @@ STATUSES: tuple[tuple[str, str, bool, str], ...] = (
 ALL = frozenset(code for code, *_ in STATUSES)
 TERMINAL = frozenset(code for code, _, terminal, _ in STATUSES if terminal)
 ACTIVE = ALL - TERMINAL
+# Taken by the engine: at the extractor or on the way to it (pending jobs wait to be taken).
+IN_FLIGHT = ACTIVE - {PENDING}
 
 EVENT_CREATED = "job.created"
 EVENT_REQUEUED = "job.requeued"
