@@ -41,6 +41,7 @@ from jobtracking.selectors import (
 # The charts' drawing area in SVG units (they scale to their column), the y-axis's labels on
 # its left, room above for the top tick's label and below for the time labels.
 CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH, CHART_TOP, CHART_BOTTOM = 600, 160, 40, 12, 22
+TIME_LABEL_WIDTH = 40  # "23:59" in the labels' font: a label is drawn only where it fits
 REFRESH_SECONDS = 5
 LIVENESS_HISTORY = timedelta(days=1)
 # Each waiting task is unsigned and unpickled to learn its kind: the first ones tell enough.
@@ -81,7 +82,8 @@ def _ticks(peak: int) -> list[dict]:
 
 def _chart(buckets: list[dict], *, time_format: str, label_every: int) -> dict:
     """Stacked bars (succeeded, not succeeded) per bucket with the jobs created as a line, on
-    a y-axis whose top is the busiest bucket; every `label_every`-th bucket names its time."""
+    a y-axis whose top is the busiest bucket. Buckets at round times (every `label_every`
+    minutes or hours, by the unit `time_format` ends with) name their time below."""
     peak = max(max(b["succeeded"] + b["not_succeeded"], b["created"]) for b in buckets) or 1
     step = (CHART_WIDTH - AXIS_WIDTH) / len(buckets)
     gap = min(4, step / 4)
@@ -91,6 +93,8 @@ def _chart(buckets: list[dict], *, time_format: str, label_every: int) -> dict:
         ok_height = CHART_HEIGHT * ok / peak
         bad_height = CHART_HEIGHT * bad / peak
         x = AXIS_WIDTH + index * step + gap / 2
+        at = timezone.localtime(bucket["at"])
+        round_time = (at.minute if time_format.endswith("%M") else at.hour) % label_every == 0
         bars.append(
             {
                 "x": round(x, 1),
@@ -102,8 +106,8 @@ def _chart(buckets: list[dict], *, time_format: str, label_every: int) -> dict:
                 "bad_height": round(bad_height, 1),
                 "total_y": round(CHART_HEIGHT - ok_height - bad_height - 3, 1),
                 "created_y": round(CHART_HEIGHT * (1 - bucket["created"] / peak), 1),
-                "label": timezone.localtime(bucket["at"]).strftime(time_format),
-                "show_label": index % label_every == 0,
+                "label": at.strftime(time_format),
+                "show_label": round_time and x + TIME_LABEL_WIDTH <= CHART_WIDTH,
                 "ok": ok,
                 "bad": bad,
                 "total": ok + bad,

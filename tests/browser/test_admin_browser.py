@@ -1,17 +1,15 @@
 """The admin in a real browser: Debian's headless Chromium driven by Playwright. Screenshots go
 to test-artifacts/browser/."""
 
-import os
 from pathlib import Path
 
-import pytest
-from django.contrib.auth import get_user_model
 from django.core.files.base import ContentFile
 from django.urls import reverse
 from django.utils import timezone
 
 from jobtracking.models import ExtractionJob, ServiceHeartbeat
 from jobtracking.services import Actor, job_transition
+from tests.browser.chromium import ARTIFACTS, BROWSER_TEST
 from tests.factories import (
     ExtractionResultFactory,
     ExtractorFactory,
@@ -19,57 +17,7 @@ from tests.factories import (
     api_job,
 )
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("seeded_statuses"),
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-        reason="Chromium is installed by `make test` (.ci/ensure_chromium.sh)",
-    ),
-]
-
-
-@pytest.fixture
-def browser_page(live_server, monkeypatch):
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
-    # around it are still synchronous and safe.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        # The narrowest common laptop screen: every column must be readable at this width.
-        page = browser.new_page(viewport={"width": 1366, "height": 900}, accept_downloads=True)
-        yield page
-        browser.close()
-
-
-PASSWORD = "browser-pass-1"
-
-
-@pytest.fixture
-def staff_page(live_server, browser_page):
-    get_user_model().objects.create_superuser("root", "root@example.org", PASSWORD)
-    page = browser_page
-    page.goto(f"{live_server.url}/admin/")
-    page.fill("#id_username", "root")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("text=Open the jobs dashboard")
-    return page
+pytestmark = BROWSER_TEST
 
 
 def no_horizontal_scroll(page) -> bool:
@@ -283,7 +231,7 @@ def test_admin_and_docs_pages_run_under_the_content_security_policy(live_server,
     )
 
     visit("/admin/dashboard/", "#throughput")
-    legend = page.locator(".legend-succeeded")
+    legend = page.locator(".legend-succeeded").first
     assert legend.evaluate("e => getComputedStyle(e).color") == "rgb(25, 135, 84)"
     # dashboard.js, moved out of an inline <script>, swaps the body in place.
     page.evaluate("() => { window.notReloaded = true; }")
