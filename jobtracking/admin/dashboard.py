@@ -80,10 +80,13 @@ def _ticks(peak: int) -> list[dict]:
     ]
 
 
-def _chart(buckets: list[dict], *, time_format: str, label_every: int) -> dict:
+TIME_FORMATS = {"minute": "%H:%M", "hour": "%H:00"}
+
+
+def _chart(buckets: list[dict], *, unit: str, label_every: int) -> dict:
     """Stacked bars (succeeded, not succeeded) per bucket with the jobs created as a line, on
     a y-axis whose top is the busiest bucket. Buckets at round times (every `label_every`
-    minutes or hours, by the unit `time_format` ends with) name their time below."""
+    minutes or hours) name their time below."""
     peak = max(max(b["succeeded"] + b["not_succeeded"], b["created"]) for b in buckets) or 1
     step = (CHART_WIDTH - AXIS_WIDTH) / len(buckets)
     gap = min(4, step / 4)
@@ -94,7 +97,7 @@ def _chart(buckets: list[dict], *, time_format: str, label_every: int) -> dict:
         bad_height = CHART_HEIGHT * bad / peak
         x = AXIS_WIDTH + index * step + gap / 2
         at = timezone.localtime(bucket["at"])
-        round_time = (at.minute if time_format.endswith("%M") else at.hour) % label_every == 0
+        round_time = getattr(at, unit) % label_every == 0
         bars.append(
             {
                 "x": round(x, 1),
@@ -106,7 +109,7 @@ def _chart(buckets: list[dict], *, time_format: str, label_every: int) -> dict:
                 "bad_height": round(bad_height, 1),
                 "total_y": round(CHART_HEIGHT - ok_height - bad_height - 3, 1),
                 "created_y": round(CHART_HEIGHT * (1 - bucket["created"] / peak), 1),
-                "label": at.strftime(time_format),
+                "label": at.strftime(TIME_FORMATS[unit]),
                 "show_label": round_time and x + TIME_LABEL_WIDTH <= CHART_WIDTH,
                 "ok": ok,
                 "bad": bad,
@@ -117,7 +120,6 @@ def _chart(buckets: list[dict], *, time_format: str, label_every: int) -> dict:
     return {
         "bars": bars,
         "ticks": _ticks(peak),
-        "peak": peak,
         "created_points": " ".join(f"{bar['middle']},{bar['created_y']}" for bar in bars),
         "view_box": f"0 {-CHART_TOP} {CHART_WIDTH} {CHART_TOP + CHART_HEIGHT + CHART_BOTTOM}",
     }
@@ -254,17 +256,15 @@ def dashboard_view(request):
     jobs = ExtractionJob.objects.all()
     queue_rows = queue_by_priority(jobs)
     liveness, missing = _liveness(now)
-    minutes = job_throughput(jobs, unit="minute", count=61)
+    minutes = job_throughput(jobs, unit="minute", count=61)  # 60 whole ones, and this one
     context = {
         **admin.site.each_context(request),
         "title": "Extraction jobs dashboard",
         "zone": timezone.localtime(now).tzname(),
         "status_counts": _status_counts(),
-        "per_minute": _chart(minutes, time_format="%H:%M", label_every=10),
+        "per_minute": _chart(minutes, unit="minute", label_every=10),
         "rates": _rates(minutes),
-        "per_hour": _chart(
-            job_throughput(jobs, unit="hour", count=24), time_format="%H:00", label_every=3
-        ),
+        "per_hour": _chart(job_throughput(jobs, unit="hour", count=24), unit="hour", label_every=3),
         "axis_width": AXIS_WIDTH,
         "chart_width": CHART_WIDTH,
         "chart_height": CHART_HEIGHT,
