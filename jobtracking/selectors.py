@@ -3,7 +3,8 @@
 import contextlib
 import uuid
 from collections import Counter
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -177,32 +178,42 @@ def heartbeats(*, kind: str, within: timedelta) -> list[ServiceHeartbeat]:
 def active_jobs_by_extractor(jobs: QuerySet[ExtractionJob]) -> dict[str, Any]:
     """Now, per extractor and in all: the pending jobs (waiting to be taken) apart from those in
     flight (taken: on the way to the extractor or at it), with the creation time of the oldest of
-    each. One grouped pass over the active jobs (a partial index holds only them)."""
-    pending = Q(status=states.PENDING)
-    in_flight = Q(status__in=sorted(states.IN_FLIGHT))
-    rows = list(
+    each; and the active jobs by status. One grouped pass over the active jobs (a partial index
+    holds only them)."""
+    rows = (
         jobs.filter(ACTIVE_STATUS)
         .order_by()
-        .values("extractor__slug")
-        .annotate(
-            pending=Count("pk", filter=pending),
-            in_flight=Count("pk", filter=in_flight),
-            oldest_pending_at=Min("created_at", filter=pending),
-            oldest_in_flight_at=Min("created_at", filter=in_flight),
-        )
-        .order_by("extractor__slug")
+        .values_list("extractor__slug", "status")
+        .annotate(n=Count("pk"), oldest_at=Min("created_at"))
     )
-    totals = {
-        group: {
-            "count": sum(row[group] for row in rows),
-            "oldest_at": min(
-                (row[f"oldest_{group}_at"] for row in rows if row[f"oldest_{group}_at"]),
-                default=None,
-            ),
-        }
-        for group in ("pending", "in_flight")
+    by_status = dict.fromkeys(sorted(states.ACTIVE), 0)
+    extractors: dict[str, dict[str, Any]] = {}
+    totals = {"pending": JobTally(), "in_flight": JobTally()}
+    for slug, status, n, oldest_at in rows:
+        by_status[status] += n
+        group = "pending" if status == states.PENDING else "in_flight"
+        row = extractors.setdefault(
+            slug, {"extractor": slug, "pending": JobTally(), "in_flight": JobTally()}
+        )
+        row[group].add(n, oldest_at)
+        totals[group].add(n, oldest_at)
+    return {
+        "by_extractor": [extractors[slug] for slug in sorted(extractors)],
+        "by_status": by_status,
+        **totals,
     }
-    return {"by_extractor": rows, **totals}
+
+
+@dataclass
+class JobTally:
+    """How many jobs, and when the oldest of them was created."""
+
+    count: int = 0
+    oldest_at: datetime | None = None
+
+    def add(self, count: int, oldest_at: datetime) -> None:
+        self.count += count
+        self.oldest_at = min(self.oldest_at or oldest_at, oldest_at)
 
 
 THROUGHPUT_UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}
@@ -250,8 +261,6 @@ def broker_tasks_waiting(*, read: int) -> dict[str, Any]:
     (a task whose function is gone fails when run), and when the oldest was enqueued. Learning
     a task's function means unsigning and unpickling it: only the oldest `read` are decoded."""
     waiting = OrmQ.objects.filter(key=Conf.CLUSTER_NAME, lock__lte=timezone.now())
-    schedules = Schedule.objects.values_list("func", flat=True)
-    scheduled = {path.rpartition(".")[2] for path in schedules}
     functions: Counter[str] = Counter()
     oldest = None
     for row in waiting.order_by("id")[:read]:
@@ -261,6 +270,7 @@ def broker_tasks_waiting(*, read: int) -> dict[str, Any]:
     decoded = functions.total()
     total = waiting.count() if decoded == read else decoded
     kinds: dict[str, dict[str, Any]] = {kind: {"count": 0, "functions": []} for kind in KIND_ORDER}
+    scheduled = _scheduled_functions() if functions else set()
     for func, n in functions.most_common():
         kind = kinds[task_kind(func, scheduled)]
         kind["count"] += n
@@ -272,6 +282,11 @@ def broker_tasks_waiting(*, read: int) -> dict[str, Any]:
         "oldest_enqueued_at": oldest,
         "kinds": kinds,
     }
+
+
+def _scheduled_functions() -> set[str]:
+    """The last names of the functions django-q2's schedules run: their tasks are housekeeping."""
+    return {path.rpartition(".")[2] for path in Schedule.objects.values_list("func", flat=True)}
 
 
 def _importable(path: str) -> bool:

@@ -54,13 +54,13 @@ def _at(value) -> str:
     return f"{moment(value)} {timezone.localtime(value).tzname()}" if value else "—"
 
 
-def _status_counts() -> list[dict]:
+def _status_counts(active_by_status: dict[str, int]) -> list[dict]:
     changelist = reverse("admin:jobtracking_extractionjob_changelist")
     counts = []
     for code, label, terminal, _ in states.STATUSES:
         jobs = ExtractionJob.objects.filter(status=code)
         # Terminal statuses can hold millions of rows: estimated above 10,000, like the list.
-        count = EstimatedCountPaginator(jobs, 1).count if terminal else jobs.count()
+        count = EstimatedCountPaginator(jobs, 1).count if terminal else active_by_status[code]
         counts.append(
             {
                 "label": label,
@@ -218,19 +218,27 @@ def _dispatch(queue_rows: dict) -> dict:
     }
 
 
-def _active(now) -> dict:
+def _active(active: dict, now) -> dict:
     """Pending jobs apart from in-flight ones: how many, since when, and the oldest of each."""
-    active = active_jobs_by_extractor(ExtractionJob.objects.all())
+    shown = {}
     for group, statuses in (("pending", [states.PENDING]), ("in_flight", states.IN_FLIGHT)):
-        oldest_at = active[group]["oldest_at"]
-        active[group]["oldest"] = f"{ago(oldest_at, now)} ({_at(oldest_at)})" if oldest_at else "—"
-        active[group]["jobs"] = _oldest(
-            ExtractionJob.objects.filter(status__in=sorted(statuses)), now
-        )
-    for row in active["by_extractor"]:
-        for group in ("pending", "in_flight"):
-            row[f"oldest_{group}"] = ago(row[f"oldest_{group}_at"], now)
-    return active
+        oldest_at = active[group].oldest_at
+        shown[group] = {
+            "count": active[group].count,
+            "oldest": f"{ago(oldest_at, now)} ({_at(oldest_at)})" if oldest_at else "—",
+            "jobs": _oldest(ExtractionJob.objects.filter(status__in=sorted(statuses)), now),
+        }
+    shown["by_extractor"] = [
+        {
+            "extractor": row["extractor"],
+            **{
+                group: {"count": row[group].count, "oldest": ago(row[group].oldest_at, now)}
+                for group in ("pending", "in_flight")
+            },
+        }
+        for row in active["by_extractor"]
+    ]
+    return shown
 
 
 def _oldest(jobs, now) -> list[dict]:
@@ -257,11 +265,12 @@ def dashboard_view(request):
     queue_rows = queue_by_priority(jobs)
     liveness, missing = _liveness(now)
     minutes = job_throughput(jobs, unit="minute", count=61)  # 60 whole ones, and this one
+    active = active_jobs_by_extractor(jobs)
     context = {
         **admin.site.each_context(request),
         "title": "Extraction jobs dashboard",
         "zone": timezone.localtime(now).tzname(),
-        "status_counts": _status_counts(),
+        "status_counts": _status_counts(active["by_status"]),
         "per_minute": _chart(minutes, unit="minute", label_every=10),
         "rates": _rates(minutes),
         "per_hour": _chart(job_throughput(jobs, unit="hour", count=24), unit="hour", label_every=3),
@@ -276,7 +285,7 @@ def dashboard_view(request):
             .annotate(n=Count("pk"))
             .order_by("-n")
         ),
-        "active": _active(now),
+        "active": _active(active, now),
         "queue_by_priority": {
             code: {
                 **row,

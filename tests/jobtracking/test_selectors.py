@@ -95,13 +95,27 @@ def test_active_jobs_by_extractor_counts_pending_apart_from_in_flight():
 
     active = active_jobs_by_extractor(ExtractionJob.objects.all())
 
-    assert active["pending"] == {"count": 2, "oldest_at": now - timedelta(minutes=30)}
-    assert active["in_flight"] == {"count": 3, "oldest_at": now - timedelta(minutes=9)}
-    rows = {row["extractor__slug"]: row for row in active["by_extractor"]}
-    assert (rows["alpha"]["pending"], rows["alpha"]["in_flight"]) == (2, 1)
-    assert (rows["beta"]["pending"], rows["beta"]["in_flight"]) == (0, 2)
-    assert rows["beta"]["oldest_pending_at"] is None
-    assert rows["beta"]["oldest_in_flight_at"] == now - timedelta(minutes=9)
+    assert (active["pending"].count, active["pending"].oldest_at) == (
+        2,
+        now - timedelta(minutes=30),
+    )
+    assert (active["in_flight"].count, active["in_flight"].oldest_at) == (
+        3,
+        now - timedelta(minutes=9),
+    )
+    rows = {row["extractor"]: row for row in active["by_extractor"]}
+    assert list(rows) == ["alpha", "beta"]
+    assert (rows["alpha"]["pending"].count, rows["alpha"]["in_flight"].count) == (2, 1)
+    assert rows["alpha"]["in_flight"].oldest_at == now - timedelta(minutes=2)
+    assert (rows["beta"]["pending"].count, rows["beta"]["in_flight"].count) == (0, 2)
+    assert rows["beta"]["pending"].oldest_at is None
+    assert rows["beta"]["in_flight"].oldest_at == now - timedelta(minutes=9)
+    assert active["by_status"] == {
+        "pending": 2,
+        "processing": 1,
+        "submitted": 1,
+        "submitting": 1,
+    }
 
 
 def bucket_of(buckets, moment):
