@@ -1,10 +1,14 @@
 """The dashboard in a real browser: it uses a wide screen's width, fits a phone without sideways
 scrolling, and its charts' labels are inside the chart and readable in both themes."""
 
+import uuid
 from datetime import timedelta
 
 from django.utils import timezone
+from django_q.conf import Conf
+from django_q.tasks import async_task
 
+from jobtracking.engine.queue import enqueue_batch
 from tests.browser.chromium import ARTIFACTS, BROWSER_TEST
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 
@@ -12,7 +16,11 @@ pytestmark = BROWSER_TEST
 DASHBOARD = "/admin/dashboard/"
 
 
-def busy_hour():
+def busy_hour(monkeypatch):
+    monkeypatch.setattr(Conf, "SYNC", False)  # tasks wait in the broker, as in production
+    for delivery_id in range(3):  # left from before the delivery lane
+        async_task("jobtracking.tasks.deliver_webhook", delivery_id)
+    enqueue_batch([uuid.uuid4()])
     now = timezone.now()
     extractor = ExtractorFactory(slug="sandbox")
     for minutes in (1, 1, 2, 5, 30, 90, 300):
@@ -57,12 +65,13 @@ LABELS_OUTSIDE = """() => {
 }"""
 
 
-def test_dashboard_uses_the_width_and_fits_a_phone(live_server, staff_page):
-    busy_hour()
+def test_dashboard_uses_the_width_and_fits_a_phone(live_server, staff_page, monkeypatch):
+    busy_hour(monkeypatch)
     page = staff_page
     page.set_viewport_size({"width": 1366, "height": 900})
     open_dashboard(page, f"{live_server.url}{DASHBOARD}")
     assert len(column_lefts(page)) > 1
+    assert "webhook deliveries\t3" in page.locator("#broker-kinds").inner_text()
     top_tick = page.locator("#throughput .y-tick").last
     assert top_tick.text_content() != "0"  # the busiest hour's total, at the very top
     assert page.evaluate(LABELS_OUTSIDE) == []
@@ -112,8 +121,8 @@ AXIS_AND_BACKGROUND = """() => [
 ]"""
 
 
-def test_dashboard_chart_labels_read_in_dark_mode(live_server, staff_page):
-    busy_hour()
+def test_dashboard_chart_labels_read_in_dark_mode(live_server, staff_page, monkeypatch):
+    busy_hour(monkeypatch)
     page = staff_page
     url = f"{live_server.url}{DASHBOARD}"
     page.emulate_media(color_scheme="light")
