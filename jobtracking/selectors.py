@@ -3,6 +3,7 @@
 import contextlib
 import datetime
 import uuid
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -11,9 +12,15 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Count, Exists, Max, Min, OuterRef, Prefetch, Q, QuerySet
+from django.db.models.functions import Trunc
 from django.utils import timezone
+from django.utils.module_loading import import_string
+from django_q.conf import Conf
+from django_q.models import OrmQ, Schedule
+from django_q.utils import get_func_repr
 
 from jobtracking import states
+from jobtracking.engine.queue import KIND_ORDER, task_kind
 from jobtracking.models import (
     ACTIVE_STATUS,
     SHORT_ID,
@@ -377,3 +384,125 @@ def batch_summary(batch: Batch, *, with_failed_jobs: bool = False) -> BatchSumma
 def batch_list(*, user: AbstractBaseUser) -> QuerySet[Batch]:
     """The batches `user` may see (`visible`: their own, or all with view-all)."""
     return visible(Batch.objects.select_related("requested_by"), user=user, via="")
+
+
+def active_jobs_by_extractor(jobs: QuerySet[ExtractionJob]) -> dict[str, Any]:
+    """Now, per extractor and in all: the pending jobs (waiting to be taken) apart from those in
+    flight (taken: on the way to the extractor or at it), with the creation time of the oldest of
+    each; and the active jobs by status. One grouped pass over the active jobs (a partial index
+    holds only them)."""
+    rows = (
+        jobs.filter(ACTIVE_STATUS)
+        .order_by()
+        .values_list("extractor__slug", "status")
+        .annotate(n=Count("pk"), oldest_at=Min("created_at"))
+    )
+    by_status = dict.fromkeys(sorted(states.ACTIVE), 0)
+    extractors: dict[str, dict[str, Any]] = {}
+    totals = {"pending": JobTally(), "in_flight": JobTally()}
+    for slug, status, n, oldest_at in rows:
+        by_status[status] += n
+        group = "pending" if status == states.PENDING else "in_flight"
+        row = extractors.setdefault(
+            slug, {"extractor": slug, "pending": JobTally(), "in_flight": JobTally()}
+        )
+        row[group].add(n, oldest_at)
+        totals[group].add(n, oldest_at)
+    return {
+        "by_extractor": [extractors[slug] for slug in sorted(extractors)],
+        "by_status": by_status,
+        **totals,
+    }
+
+
+@dataclass
+class JobTally:
+    """How many jobs, and when the oldest of them was created."""
+
+    count: int = 0
+    oldest_at: datetime.datetime | None = None
+
+    def add(self, count: int, oldest_at: datetime.datetime) -> None:
+        self.count += count
+        self.oldest_at = min(self.oldest_at or oldest_at, oldest_at)
+
+
+THROUGHPUT_UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}
+
+
+def job_throughput(jobs: QuerySet[ExtractionJob], *, unit: str, count: int) -> list[dict]:
+    """Jobs created, succeeded and otherwise finished (failed, timed out, cancelled) in each of
+    the last `count` minutes or hours (`unit`), oldest first; the last one is under way. Two
+    grouped queries, each a range scan of an index (`job_created_idx`, `job_completed_idx`)."""
+    step = THROUGHPUT_UNITS[unit]
+    now = timezone.localtime()
+    current = now.replace(second=0, microsecond=0, **({"minute": 0} if unit == "hour" else {}))
+    start = current - step * (count - 1)
+    buckets = {
+        start + step * index: {"created": 0, "succeeded": 0, "not_succeeded": 0}
+        for index in range(count)
+    }
+    finished = (
+        jobs.filter(completed_at__gte=start)
+        .annotate(at=Trunc("completed_at", unit))
+        .order_by()
+        .values_list("at")
+        .annotate(ok=Count("pk", filter=Q(status=states.SUCCEEDED)), all=Count("pk"))
+    )
+    for at, ok, total in finished:
+        if at in buckets:
+            buckets[at]["succeeded"] += ok
+            buckets[at]["not_succeeded"] += total - ok
+    created = (
+        jobs.filter(created_at__gte=start)
+        .annotate(at=Trunc("created_at", unit))
+        .order_by()
+        .values_list("at")
+        .annotate(n=Count("pk"))
+    )
+    for at, total in created:
+        if at in buckets:
+            buckets[at]["created"] += total
+    return [{"at": at, **counts} for at, counts in buckets.items()]
+
+
+def broker_tasks_waiting(*, read: int) -> dict[str, Any]:
+    """The tasks waiting in django-q2's broker (not taken by a cluster): how many, by kind
+    (`jobtracking.engine.queue.task_kind`) and function, whether each function still exists
+    (a task whose function is gone fails when run), and when the oldest was enqueued. Learning
+    a task's function means unsigning and unpickling it: only the oldest `read` are decoded."""
+    waiting = OrmQ.objects.filter(key=Conf.CLUSTER_NAME, lock__lte=timezone.now())
+    functions: Counter[str] = Counter()
+    oldest = None
+    for row in waiting.order_by("id")[:read]:
+        task = row.task  # {"id": "*BadSignature"} when it cannot be decoded
+        functions[get_func_repr(task.get("func")) or "(unreadable)"] += 1
+        oldest = oldest or task.get("started")
+    decoded = functions.total()
+    total = waiting.count() if decoded == read else decoded
+    kinds: dict[str, dict[str, Any]] = {kind: {"count": 0, "functions": []} for kind in KIND_ORDER}
+    scheduled = _scheduled_functions() if functions else set()
+    for func, n in functions.most_common():
+        kind = kinds[task_kind(func, scheduled)]
+        kind["count"] += n
+        kind["functions"].append({"name": func, "count": n, "exists": _importable(func)})
+    return {
+        "total": total,
+        "read": decoded,
+        "partial": total > decoded,
+        "oldest_enqueued_at": oldest,
+        "kinds": kinds,
+    }
+
+
+def _scheduled_functions() -> set[str]:
+    """The last names of the functions django-q2's schedules run: their tasks are housekeeping."""
+    return {path.rpartition(".")[2] for path in Schedule.objects.values_list("func", flat=True)}
+
+
+def _importable(path: str) -> bool:
+    try:
+        import_string(path)
+    except ImportError:
+        return False
+    return True

@@ -33,6 +33,8 @@ TERMINAL = frozenset(code for code, _, terminal, _ in STATUSES if terminal)
 ACTIVE = ALL - TERMINAL
 # Ends that the extractor reports only about a job it worked on (its cancel may come before).
 WORKED_ENDS = frozenset({SUCCEEDED, FAILED})
+# Taken by the engine: at the extractor or on the way to it (pending jobs wait to be taken).
+IN_FLIGHT = ACTIVE - {PENDING}
 
 EVENT_CREATED = "job.created"
 EVENT_REQUEUED = "job.requeued"

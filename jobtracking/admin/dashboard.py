@@ -1,22 +1,19 @@
-"""The admin dashboard: jobs by status, throughput over time, failures, in-flight work, and
-whether the workers and the dispatcher are alive, what waits in the broker and the webhook
-delivery lane, and which circuits hold work. The page refreshes its body in place: it fetches
-itself with `?partial=1` every few seconds. Every query is bounded by an index (status,
+"""The admin dashboard: whether the workers and the dispatcher are alive, what waits in the
+broker (by kind) and the webhook delivery lane, pending jobs apart from in-flight ones, jobs
+created and finished per minute over the last hour and per hour over a day, jobs by status,
+failures, and which circuits hold work. The page refreshes its body in place: it fetches itself
+with `?partial=1` every few seconds. Every query is bounded by an index (status, created_at,
 completed_at, the active-jobs and due-deliveries partial indexes) or a small table (heartbeats,
-circuits, the broker queue, of which at most `BROKER_TASKS_READ` rows are decoded)."""
+circuits, schedules, the broker queue, of which at most `BROKER_TASKS_READ` rows are decoded)."""
 
 from datetime import timedelta
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Min, Q
-from django.db.models.functions import TruncHour
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django_q.conf import Conf
-from django_q.models import OrmQ
-from django_q.utils import get_func_repr
 
 from jobtracking import states
 from jobtracking.admin.circuits import circuit_error, circuit_state
@@ -32,25 +29,38 @@ from jobtracking.models import (
     ServiceHeartbeat,
     WebhookDelivery,
 )
-from jobtracking.selectors import LIVENESS_WINDOWS, VIEW_ALL, queue_by_priority
+from jobtracking.selectors import (
+    LIVENESS_WINDOWS,
+    VIEW_ALL,
+    active_jobs_by_extractor,
+    broker_tasks_waiting,
+    job_throughput,
+    queue_by_priority,
+)
 
-CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH = 720, 160, 40
+# The charts' drawing area in SVG units (they scale to their column), the y-axis's labels on
+# its left, room above for the top tick's label and below for the time labels.
+CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH, CHART_TOP, CHART_BOTTOM = 600, 160, 40, 12, 22
+TIME_LABEL_WIDTH = 40  # "23:59" in the labels' font: a label is drawn only where it fits
 REFRESH_SECONDS = 5
 LIVENESS_HISTORY = timedelta(days=1)
-# Broker tasks by what they run: job batches, other job work, and housekeeping (schedules).
-JOB_BATCH_TASKS = {"jobtracking.engine.tasks.process_jobs", "jobtracking.engine.tasks.process_job"}
-OTHER_JOB_TASKS = {"jobtracking.engine.tasks.cancel_at_extractor"}
 # Each waiting task is unsigned and unpickled to learn its kind: the first ones tell enough.
 BROKER_TASKS_READ = 1000
+OLDEST_SHOWN = 5
 
 
-def _status_counts() -> list[dict]:
+def _at(value) -> str:
+    """A clock time with its date and zone."""
+    return f"{moment(value)} {timezone.localtime(value).tzname()}" if value else "—"
+
+
+def _status_counts(active_by_status: dict[str, int]) -> list[dict]:
     changelist = reverse("admin:jobtracking_extractionjob_changelist")
     counts = []
     for code, label, terminal, _ in states.STATUSES:
         jobs = ExtractionJob.objects.filter(status=code)
         # Terminal statuses can hold millions of rows: estimated above 10,000, like the list.
-        count = EstimatedCountPaginator(jobs, 1).count if terminal else jobs.count()
+        count = EstimatedCountPaginator(jobs, 1).count if terminal else active_by_status[code]
         counts.append(
             {
                 "label": label,
@@ -70,46 +80,66 @@ def _ticks(peak: int) -> list[dict]:
     ]
 
 
-def _throughput(since) -> dict:
-    rows = (
-        ExtractionJob.objects.filter(completed_at__gte=since)
-        .annotate(hour=TruncHour("completed_at"))
-        .order_by()
-        .values("hour", "status")
-        .annotate(n=Count("pk"))
-    )
-    hours = {
-        since.replace(minute=0, second=0, microsecond=0) + timedelta(hours=h): {} for h in range(25)
-    }
-    for row in rows:
-        hours.setdefault(row["hour"], {})[row["status"]] = row["n"]
-    ordered = sorted(hours.items())[-24:]
-    peak = max((sum(v.values()) for _, v in ordered), default=0) or 1
-    step = (CHART_WIDTH - AXIS_WIDTH) / len(ordered)
+TIME_FORMATS = {"minute": "%H:%M", "hour": "%H:00"}
+
+
+def _chart(buckets: list[dict], *, unit: str, label_every: int) -> dict:
+    """Stacked bars (succeeded, not succeeded) per bucket with the jobs created as a line, on
+    a y-axis whose top is the busiest bucket. Buckets at round times (every `label_every`
+    minutes or hours) name their time below."""
+    peak = max(max(b["succeeded"] + b["not_succeeded"], b["created"]) for b in buckets) or 1
+    step = (CHART_WIDTH - AXIS_WIDTH) / len(buckets)
+    gap = min(4, step / 4)
     bars = []
-    for index, (hour, by_status) in enumerate(ordered):
-        ok = by_status.get(states.SUCCEEDED, 0)
-        bad = sum(n for s, n in by_status.items() if s != states.SUCCEEDED)
+    for index, bucket in enumerate(buckets):
+        ok, bad = bucket["succeeded"], bucket["not_succeeded"]
         ok_height = CHART_HEIGHT * ok / peak
         bad_height = CHART_HEIGHT * bad / peak
-        x = AXIS_WIDTH + index * step + 2
+        x = AXIS_WIDTH + index * step + gap / 2
+        at = timezone.localtime(bucket["at"])
+        round_time = getattr(at, unit) % label_every == 0
         bars.append(
             {
                 "x": round(x, 1),
-                "middle": round(x + (step - 4) / 2, 1),
-                "width": round(step - 4, 1),
+                "middle": round(x + (step - gap) / 2, 1),
+                "width": round(step - gap, 1),
                 "ok_y": round(CHART_HEIGHT - ok_height, 1),
                 "ok_height": round(ok_height, 1),
                 "bad_y": round(CHART_HEIGHT - ok_height - bad_height, 1),
                 "bad_height": round(bad_height, 1),
-                "total_y": round(max(CHART_HEIGHT - ok_height - bad_height - 3, 10), 1),
-                "label": timezone.localtime(hour).strftime("%H:00"),
+                "total_y": round(CHART_HEIGHT - ok_height - bad_height - 3, 1),
+                "created_y": round(CHART_HEIGHT * (1 - bucket["created"] / peak), 1),
+                "label": at.strftime(TIME_FORMATS[unit]),
+                "show_label": round_time and x + TIME_LABEL_WIDTH <= CHART_WIDTH,
                 "ok": ok,
                 "bad": bad,
                 "total": ok + bad,
+                "created": bucket["created"],
             }
         )
-    return {"bars": bars, "ticks": _ticks(peak), "peak": peak}
+    return {
+        "bars": bars,
+        "ticks": _ticks(peak),
+        "created_points": " ".join(f"{bar['middle']},{bar['created_y']}" for bar in bars),
+        "view_box": f"0 {-CHART_TOP} {CHART_WIDTH} {CHART_TOP + CHART_HEIGHT + CHART_BOTTOM}",
+    }
+
+
+def _rates(minutes: list[dict]) -> list[dict]:
+    """Jobs finished and created per minute, over the last 5 whole minutes and the last hour
+    (`minutes` holds 60 whole minutes, then the one under way)."""
+    rates = []
+    for label, window in (("last 5 min", minutes[-6:-1]), ("last hour", minutes[:-1])):
+        finished = sum(b["succeeded"] + b["not_succeeded"] for b in window)
+        created = sum(b["created"] for b in window)
+        rates.append(
+            {
+                "label": label,
+                "finished": round(finished / len(window), 1),
+                "created": round(created / len(window), 1),
+            }
+        )
+    return rates
 
 
 def _liveness(now) -> tuple[list[dict], list[str]]:
@@ -138,23 +168,10 @@ def _lag(seconds: float | None) -> str:
     return span(timedelta(seconds=seconds)) if seconds is not None else "none"
 
 
-def _broker_tasks(now) -> dict:
-    """Tasks waiting in the broker (not taken by a cluster), by kind. Only the first
-    `BROKER_TASKS_READ` are decoded; `read` says how many were."""
-    waiting = OrmQ.objects.filter(key=Conf.CLUSTER_NAME, lock__lte=now)
-    kinds = {"batches": 0, "job_tasks": 0, "housekeeping": 0}
-    read = 0
-    for task in waiting.order_by("id")[:BROKER_TASKS_READ]:
-        func = get_func_repr(task.task.get("func"))
-        if func in JOB_BATCH_TASKS:
-            kinds["batches"] += 1
-        elif func in OTHER_JOB_TASKS:
-            kinds["job_tasks"] += 1
-        else:
-            kinds["housekeeping"] += 1
-        read += 1
-    total = waiting.count() if read == BROKER_TASKS_READ else read
-    return {"total": total, "read": read, "partial": total > read, **kinds}
+def _broker(now) -> dict:
+    broker = broker_tasks_waiting(read=BROKER_TASKS_READ)
+    oldest = broker["oldest_enqueued_at"]
+    return {**broker, "oldest": f"{_at(oldest)}, {ago(oldest, now)}" if oldest else "—"}
 
 
 def _delivery_lane(now) -> dict:
@@ -185,36 +202,57 @@ def _circuits(now) -> list[dict]:
             "kind": kind,
             "name": name,
             "state": circuit_state(health, now),
-            "probe": moment(health.probe_at) if health.state == CircuitState.OPEN else "—",
+            "probe": _at(health.probe_at) if health.state == CircuitState.OPEN else "—",
             "error": circuit_error(health, now),
         }
         for kind, name, health in named
     ]
 
 
-def _queue(queue_rows: dict, now) -> dict:
-    """Tasks waiting in the broker, and the due jobs the dispatcher has not handed out yet: the
-    oldest one's wait is the dispatcher's lag."""
+def _dispatch(queue_rows: dict) -> dict:
+    """The due jobs the dispatcher has not handed out yet: the oldest one's wait is its lag."""
     lags = [row["oldest_due_seconds"] for row in queue_rows.values()]
-    broker = _broker_tasks(now)
     return {
-        "broker_tasks": broker["total"],
-        "broker": broker,
         "due": sum(row["due"] for row in queue_rows.values()),
         "lag": _lag(max((value for value in lags if value is not None), default=None)),
     }
 
 
-def _oldest(active, now) -> list[dict]:
+def _active(active: dict, now) -> dict:
+    """Pending jobs apart from in-flight ones: how many, since when, and the oldest of each."""
+    shown = {}
+    for group, statuses in (("pending", [states.PENDING]), ("in_flight", states.IN_FLIGHT)):
+        oldest_at = active[group].oldest_at
+        shown[group] = {
+            "count": active[group].count,
+            "oldest": f"{ago(oldest_at, now)} ({_at(oldest_at)})" if oldest_at else "—",
+            "jobs": _oldest(ExtractionJob.objects.filter(status__in=sorted(statuses)), now),
+        }
+    shown["by_extractor"] = [
+        {
+            "extractor": row["extractor"],
+            **{
+                group: {"count": row[group].count, "oldest": ago(row[group].oldest_at, now)}
+                for group in ("pending", "in_flight")
+            },
+        }
+        for row in active["by_extractor"]
+    ]
+    return shown
+
+
+def _oldest(jobs, now) -> list[dict]:
     rows = []
-    for job in active.select_related("extractor").order_by("created_at")[:10]:
+    for job in jobs.select_related("extractor").order_by("created_at")[:OLDEST_SHOWN]:
         if job.due_at is None:
             due = "—"
         elif job.due_at <= now:
-            due = f"{moment(job.due_at)} ({span(now - job.due_at)} overdue)"
+            due = f"{_at(job.due_at)} ({span(now - job.due_at)} overdue)"
         else:
-            due = f"{moment(job.due_at)} (in {span(job.due_at - now)})"
-        rows.append({"job": job, "age": ago(job.created_at, now), "due": due})
+            due = f"{_at(job.due_at)} (in {span(job.due_at - now)})"
+        rows.append(
+            {"job": job, "short_id": str(job.pk)[-12:], "age": ago(job.created_at, now), "due": due}
+        )
     return rows
 
 
@@ -223,17 +261,22 @@ def dashboard_view(request):
     if not request.user.has_perms(["jobtracking.view_extractionjob", VIEW_ALL]):
         raise PermissionDenied
     now = timezone.now()
-    active = ExtractionJob.objects.filter(status__in=sorted(states.ACTIVE))
-    queue_rows = queue_by_priority(ExtractionJob.objects.all())
+    jobs = ExtractionJob.objects.all()
+    queue_rows = queue_by_priority(jobs)
     liveness, missing = _liveness(now)
+    minutes = job_throughput(jobs, unit="minute", count=61)  # 60 whole ones, and this one
+    active = active_jobs_by_extractor(jobs)
     context = {
         **admin.site.each_context(request),
         "title": "Extraction jobs dashboard",
-        "status_counts": _status_counts(),
-        "chart": _throughput(now - timedelta(hours=24)),
+        "zone": timezone.localtime(now).tzname(),
+        "status_counts": _status_counts(active["by_status"]),
+        "per_minute": _chart(minutes, unit="minute", label_every=10),
+        "rates": _rates(minutes),
+        "per_hour": _chart(job_throughput(jobs, unit="hour", count=24), unit="hour", label_every=3),
+        "axis_width": AXIS_WIDTH,
         "chart_width": CHART_WIDTH,
         "chart_height": CHART_HEIGHT,
-        "axis_width": AXIS_WIDTH,
         "failures": list(
             ExtractionJob.objects.filter(completed_at__gte=now - timedelta(days=7))
             .exclude(error_code="")
@@ -242,13 +285,7 @@ def dashboard_view(request):
             .annotate(n=Count("pk"))
             .order_by("-n")
         ),
-        "in_flight": list(
-            active.order_by()
-            .values("extractor__slug", "status")
-            .annotate(n=Count("pk"))
-            .order_by("extractor__slug", "status")
-        ),
-        "oldest": _oldest(active, now),
+        "active": _active(active, now),
         "queue_by_priority": {
             code: {
                 **row,
@@ -257,14 +294,15 @@ def dashboard_view(request):
             }
             for code, row in queue_rows.items()
         },
-        "queue": _queue(queue_rows, now),
+        "dispatch": _dispatch(queue_rows),
+        "broker": _broker(now),
         "deliveries": _delivery_lane(now),
         "circuits": _circuits(now),
         "liveness": liveness,
         "missing": missing,
         "refresh_seconds": REFRESH_SECONDS,
         "now": now,
-        "updated": moment(now),
+        "updated": _at(now),
     }
     template = "dashboard_body" if request.GET.get("partial") else "dashboard"
     return TemplateResponse(request, f"admin/jobtracking/{template}.html", context)

@@ -1,6 +1,5 @@
 """The jobs list: filters, index-backed search (short id included), bulk actions and CSV."""
 
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm

@@ -231,7 +231,7 @@ def test_admin_and_docs_pages_run_under_the_content_security_policy(live_server,
     )
 
     visit("/admin/dashboard/", "#throughput")
-    legend = page.locator(".legend-succeeded")
+    legend = page.locator(".legend-succeeded").first
     assert legend.evaluate("e => getComputedStyle(e).color") == "rgb(25, 135, 84)"
     # dashboard.js, moved out of an inline <script>, swaps the body in place.
     page.evaluate("() => { window.notReloaded = true; }")
