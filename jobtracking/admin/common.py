@@ -138,6 +138,12 @@ class ReadOnlyAdmin(NoWrites, admin.ModelAdmin):
     pass
 
 
+class ReadOnlyInline(NoWrites, admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+
 def admin_actor(request) -> Actor:
     """The staff member at the console, as the services record them."""
     return Actor(ActorType.ADMIN, request.user)
