@@ -115,18 +115,20 @@ class WebhookTestResultSerializer(serializers.Serializer):
 
 
 class WebhookEndpointInputSerializer(StrictSerializer):
-    """A new endpoint (POST) or the fields to change (PATCH: any of them)."""
+    """A new endpoint (POST) or the fields to change (PATCH: any of them). No field declares a
+    default: the schema would show it on the PATCH body too, and generated clients send a
+    schema's defaults, changing fields the caller never named. A new endpoint takes the model's."""
 
     url = serializers.URLField(
         max_length=2000,
         help_text="Where events are POSTed: http(s), reaching a public address.",
     )
-    event_types = event_types_field(required=False, default=list)
-    description = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, default=""
+    event_types = event_types_field(required=False)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    enabled = serializers.BooleanField(required=False, help_text="Default: true.")
+    all_jobs = serializers.BooleanField(
+        required=False, help_text=f"{ALL_JOBS_HELP} Default: false."
     )
-    enabled = serializers.BooleanField(required=False, default=True)
-    all_jobs = serializers.BooleanField(required=False, default=False, help_text=ALL_JOBS_HELP)
 
     def validate_event_types(self, types: list[str]) -> list[str]:
         return list(dict.fromkeys(types))

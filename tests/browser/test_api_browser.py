@@ -3,20 +3,16 @@ their stylesheet, and the browsable API's long cursor links wrap instead of wide
 
 from django.contrib.auth import get_user_model
 
-# The admin browser tests' Chromium, login and skip rule (fixtures are found by name).
-from tests.browser.test_admin_browser import (  # noqa: F401
-    ARTIFACTS,
-    browser_page,
-    pytestmark,
-    staff_page,
-)
+from tests.browser.chromium import ARTIFACTS, MARKS
 from tests.factories import ExtractorFactory, api_job
 
 # Apart from the admin's screenshots, which that module counts.
 API_ARTIFACTS = ARTIFACTS / "api"
 
+pytestmark = MARKS
 
-def test_problem_pages_are_styled_under_the_csp(live_server, browser_page):  # noqa: F811
+
+def test_problem_pages_are_styled_under_the_csp(live_server, browser_page):
     page = browser_page
     API_ARTIFACTS.mkdir(exist_ok=True)
     refused = []
@@ -30,7 +26,7 @@ def test_problem_pages_are_styled_under_the_csp(live_server, browser_page):  # n
     assert not [text for text in refused if "Content Security Policy" in text]
 
 
-def test_the_browsable_lists_long_cursor_links_wrap(live_server, staff_page):  # noqa: F811
+def test_the_browsable_lists_long_cursor_links_wrap(live_server, staff_page):
     reader = get_user_model().objects.get(username="root")
     extractor = ExtractorFactory(slug="sandbox")
     for n in range(3):

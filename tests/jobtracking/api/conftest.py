@@ -21,6 +21,12 @@ CLIENT_PERMISSIONS = (
 )
 
 
+# What a client needs to manage its webhook endpoints (the "API clients" group has them).
+WEBHOOK_PERMISSIONS = tuple(
+    f"{verb}_webhooksubscription" for verb in ("view", "add", "change", "delete")
+)
+
+
 def service_account(username: str, *extra_perms: str):
     """A client with the permissions of the "API clients" group (given directly, since
     transactional tests flush the group the migration creates)."""

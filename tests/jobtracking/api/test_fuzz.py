@@ -8,8 +8,7 @@ import pytest
 
 from jobtracking.services.tokens import token_issue
 from tests.factories import ExtractionJobFactory, ExtractorFactory
-from tests.jobtracking.api.conftest import service_account
-from tests.jobtracking.api.test_webhook_endpoints import WEBHOOK_PERMISSIONS
+from tests.jobtracking.api.conftest import WEBHOOK_PERMISSIONS, service_account
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,7 +20,7 @@ import pytest
 import requests
 from django.utils import timezone
 
-from jobtracking.models import ServiceHeartbeat
+from jobtracking.models import DeliveryState, ServiceHeartbeat, WebhookDelivery
 from jobtracking.services import Actor, job_cancel
 from jobtracking.services.tokens import token_issue
 from tests.factories import (
@@ -29,7 +29,7 @@ from tests.factories import (
     ExtractorFactory,
     api_job,
 )
-from tests.jobtracking.api.conftest import service_account
+from tests.jobtracking.api.conftest import WEBHOOK_PERMISSIONS, service_account
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("seeded_statuses")]
 
@@ -100,6 +100,7 @@ class Session:
     user: Any
     extractor: Any
     operations: dict[str, ModuleType]
+    receiver: Any  # a local webhook receiver (pytest-httpserver)
     called: set[str] = field(default_factory=set)
 
     @property
@@ -111,18 +112,24 @@ class Session:
         self.called.add(operation_id)
         return self.operations[operation_id].sync_detailed(client=self.client, **arguments)
 
+    def arrange(self, operation_id: str, **arguments):
+        """An operation used to set the scene for another, so not counted as exercised."""
+        return self.operations[operation_id].sync_detailed(client=self.client, **arguments)
+
     def job(self, file_id: str = "f", **fields):
         return api_job(self.extractor, file_id, user=self.user, **fields)
 
 
 @pytest.fixture
-def session(sdk, live_server) -> Session:
-    user = service_account("sdk-client")
+def session(sdk, live_server, httpserver, settings) -> Session:
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the local webhook receiver
+    user = service_account("sdk-client", *WEBHOOK_PERMISSIONS)
     client = sdk.AuthenticatedClient(
         base_url=live_server.url, token=token_issue(user=user), prefix="Token", timeout=30
     )
+    extractor = ExtractorFactory(slug="sandbox")
     with client:
-        yield Session(sdk, client, user, ExtractorFactory(slug="sandbox"), operation_modules(sdk))
+        yield Session(sdk, client, user, extractor, operation_modules(sdk), httpserver)
 
 
 CALLS: dict[str, Callable[[Session], None]] = {}
@@ -263,6 +270,17 @@ def job_result(s: Session) -> None:
 # Events, reference data and statistics
 
 
+@call("api_v1_events_latest_retrieve")
+def latest_event(s: Session) -> None:
+    s.job("before")
+    answer = s.call("api_v1_events_latest_retrieve")
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    after = answer.parsed.after
+    s.job("after")
+    tail = s.arrange("api_v1_events_list", after=after)
+    assert [event.payload.file_id for event in tail.parsed.results] == ["after"]
+
+
 @call("api_v1_events_list")
 def list_events(s: Session) -> None:
     job = s.job()
@@ -310,6 +328,192 @@ def stats(s: Session) -> None:
     assert answer.status_code == HTTPStatus.OK, answer.content
     assert answer.parsed.window_hours == 1
     assert answer.parsed.created_by_status["pending"] == 2
+
+
+# Batches
+
+
+def new_batch(s: Session, *file_ids: str, close: bool = False):
+    """A batch of URL jobs made through the generated client."""
+    items = [{"extractor": "sandbox", "file_id": f, "source_url": SOURCE_URL} for f in file_ids]
+    body = s.models.BatchCreateRequest(
+        jobs=[s.models.BatchCreateRequestJobsItem.from_dict(item) for item in items],
+        client_reference=f"grant-{'-'.join(file_ids)}",
+        close=close,
+    )
+    answer = s.arrange("api_v1_batches_create", body=body, idempotency_key=body.client_reference)
+    assert answer.status_code == HTTPStatus.CREATED, answer.content
+    return answer.parsed
+
+
+@call("api_v1_batches_create")
+def create_batch(s: Session) -> None:
+    s.called.add("api_v1_batches_create")
+    made = new_batch(s, "b-1", "b-2")
+    assert (made.created, made.failed) == (2, 0)
+    assert (made.batch.status, made.batch.total, made.batch.client_reference) == (
+        "open",
+        2,
+        "grant-b-1-b-2",
+    )
+    assert [item.job.file_id for item in made.results] == ["b-1", "b-2"]
+
+
+@call("api_v1_batches_list")
+def list_batches(s: Session) -> None:
+    wanted = new_batch(s, "l-1").batch
+    new_batch(s, "l-2", close=True)
+    answer = s.call("api_v1_batches_list", status=s.models.ApiV1BatchesListStatus.OPEN)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert [batch.id for batch in answer.parsed.results] == [wanted.id]
+
+
+@call("api_v1_batches_retrieve")
+def retrieve_batch(s: Session) -> None:
+    made = new_batch(s, "r-1", "r-2", close=True).batch
+    answer = s.call("api_v1_batches_retrieve", id=str(made.id))
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    batch = answer.parsed
+    assert (batch.status, batch.total, batch.active, batch.progress) == ("running", 2, 2, 0.0)
+    assert batch.by_status["pending"] == 2
+
+
+@call("api_v1_batches_jobs_create")
+def add_jobs_to_batch(s: Session) -> None:
+    made = new_batch(s, "a-1").batch
+    item = {"extractor": "sandbox", "file_id": "a-2", "source_url": SOURCE_URL}
+    body = s.models.BatchJobsRequest(jobs=[s.models.BatchJobsRequestJobsItem.from_dict(item)])
+    answer = s.call("api_v1_batches_jobs_create", id=str(made.id), body=body)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert (answer.parsed.created, answer.parsed.results[0].job.file_id) == (1, "a-2")
+
+
+@call("api_v1_batches_close_create")
+def close_batch(s: Session) -> None:
+    made = new_batch(s, "c-1").batch
+    answer = s.call("api_v1_batches_close_create", id=str(made.id))
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert answer.parsed.status == "running" and answer.parsed.closed_at
+
+
+@call("api_v1_batches_cancel_create")
+def cancel_batch(s: Session) -> None:
+    made = new_batch(s, "x-1", "x-2").batch
+    body = s.models.BatchCancelRequest(reason="grant request withdrawn")
+    answer = s.call("api_v1_batches_cancel_create", id=str(made.id), body=body)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert (answer.parsed.moved, answer.parsed.batch.status) == (2, "cancelled")
+
+
+@call("api_v1_batches_requeue_create")
+def requeue_batch(s: Session) -> None:
+    made = new_batch(s, "q-1", close=True)
+    job_cancel(job_id=made.results[0].job.id, actor=Actor("api", s.user), reason="wrong file")
+    body = s.models.BatchRequeueRequest(reason="right file now")
+    answer = s.call("api_v1_batches_requeue_create", id=str(made.batch.id), body=body)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert (answer.parsed.moved, answer.parsed.batch.status) == (1, "running")
+
+
+# Webhook endpoints
+
+
+def new_endpoint(s: Session, **fields):
+    body = s.models.WebhookEndpointInputRequest(
+        url=s.receiver.url_for("/hooks"), description="sdk", **fields
+    )
+    answer = s.arrange("api_v1_webhook_endpoints_create", body=body)
+    assert answer.status_code == HTTPStatus.CREATED, answer.content
+    return answer.parsed
+
+
+@call("api_v1_webhook_endpoints_create")
+def create_endpoint(s: Session) -> None:
+    s.called.add("api_v1_webhook_endpoints_create")
+    endpoint = new_endpoint(s, event_types=[s.models.EventTypeEnum.JOB_SUCCEEDED])
+    assert endpoint.secret.startswith("whsec_") and endpoint.event_types == ["job.succeeded"]
+
+
+@call("api_v1_webhook_endpoints_list")
+def list_endpoints(s: Session) -> None:
+    endpoint = new_endpoint(s)
+    answer = s.call("api_v1_webhook_endpoints_list")
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert [e.id for e in answer.parsed.results] == [endpoint.id]
+    assert "secret" not in answer.parsed.results[0].to_dict()
+
+
+@call("api_v1_webhook_endpoints_retrieve")
+def retrieve_endpoint(s: Session) -> None:
+    endpoint = new_endpoint(s)
+    answer = s.call("api_v1_webhook_endpoints_retrieve", id=endpoint.id)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert (answer.parsed.url, answer.parsed.description) == (endpoint.url, "sdk")
+
+
+@call("api_v1_webhook_endpoints_partial_update")
+def update_endpoint(s: Session) -> None:
+    endpoint = new_endpoint(s)
+    body = s.models.PatchedWebhookEndpointInputRequest(enabled=False)
+    answer = s.call("api_v1_webhook_endpoints_partial_update", id=endpoint.id, body=body)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert (answer.parsed.enabled, answer.parsed.description) == (False, "sdk")
+
+
+@call("api_v1_webhook_endpoints_destroy")
+def delete_endpoint(s: Session) -> None:
+    endpoint = new_endpoint(s)
+    answer = s.call("api_v1_webhook_endpoints_destroy", id=endpoint.id)
+    assert answer.status_code == HTTPStatus.NO_CONTENT, answer.content
+    gone = s.arrange("api_v1_webhook_endpoints_retrieve", id=endpoint.id)
+    assert gone.status_code == HTTPStatus.NOT_FOUND
+
+
+@call("api_v1_webhook_endpoints_rotate_secret_create")
+def rotate_endpoint_secret(s: Session) -> None:
+    endpoint = new_endpoint(s)
+    answer = s.call("api_v1_webhook_endpoints_rotate_secret_create", id=endpoint.id)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert answer.parsed.secret.startswith("whsec_") and answer.parsed.secret != endpoint.secret
+
+
+@call("api_v1_webhook_endpoints_test_create")
+def send_test_event(s: Session) -> None:
+    s.receiver.expect_request("/hooks", method="POST").respond_with_data("thanks")
+    endpoint = new_endpoint(s)
+    answer = s.call("api_v1_webhook_endpoints_test_create", id=endpoint.id)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    assert (answer.parsed.delivered, answer.parsed.http_status) == (True, 200)
+    assert answer.parsed.response_excerpt == "thanks"
+
+
+@call("api_v1_webhook_endpoints_deliveries_list")
+def list_endpoint_deliveries(s: Session) -> None:
+    endpoint = new_endpoint(s, event_types=[s.models.EventTypeEnum.JOB_CREATED])
+    job = s.job()
+    answer = s.call("api_v1_webhook_endpoints_deliveries_list", id=endpoint.id)
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    (delivery,) = answer.parsed.results
+    assert (delivery.event_type, str(delivery.job), delivery.attempts) == (
+        "job.created",
+        str(job.pk),
+        [],
+    )
+
+
+@call("api_v1_webhook_endpoints_deliveries_redeliver_create")
+def redeliver(s: Session) -> None:
+    endpoint = new_endpoint(s, event_types=[s.models.EventTypeEnum.JOB_CREATED])
+    s.job()
+    delivery = WebhookDelivery.objects.get()
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(state=DeliveryState.DEAD, attempts=8)
+    answer = s.call(
+        "api_v1_webhook_endpoints_deliveries_redeliver_create",
+        id=endpoint.id,
+        delivery_id=delivery.pk,
+    )
+    assert answer.status_code == HTTPStatus.ACCEPTED, answer.content
+    assert answer.parsed.state == "pending"
 
 
 # Health

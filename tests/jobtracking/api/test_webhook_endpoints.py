@@ -12,13 +12,15 @@ from jobtracking.models import DeliveryState, WebhookDelivery, WebhookSubscripti
 from jobtracking.services.deliveries import deliver
 from jobtracking.webhooks import subscription_secret
 from tests.factories import UserFactory, api_job
-from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
+from tests.jobtracking.api.conftest import (
+    WEBHOOK_PERMISSIONS,
+    assert_problem,
+    client_for,
+    service_account,
+)
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/webhook_endpoints/"
-WEBHOOK_PERMISSIONS = tuple(
-    f"{verb}_webhooksubscription" for verb in ("view", "add", "change", "delete")
-)
 
 
 @pytest.fixture(autouse=True)
