@@ -40,13 +40,16 @@ class ErrorSerializer(serializers.Serializer):
 
 class DurationsSerializer(serializers.Serializer):
     waiting_seconds = serializers.FloatField(
-        allow_null=True, help_text="From creation to acceptance by the extractor."
+        allow_null=True,
+        help_text="From the current attempt's start (creation or latest requeue) to "
+        "acceptance by the extractor.",
     )
     processing_seconds = serializers.FloatField(
         allow_null=True, help_text="From acceptance to completion."
     )
     turnaround_seconds = serializers.FloatField(
-        allow_null=True, help_text="From creation to completion."
+        allow_null=True,
+        help_text="From the current attempt's start (creation or latest requeue) to completion.",
     )
 
 
