@@ -49,11 +49,6 @@ BROKER_TASKS_READ = 1000
 OLDEST_SHOWN = 5
 
 
-def _at(value) -> str:
-    """A clock time with its date and zone."""
-    return f"{moment(value)} {timezone.localtime(value).tzname()}" if value else "—"
-
-
 def _status_counts(active_by_status: dict[str, int]) -> list[dict]:
     changelist = reverse("admin:jobtracking_extractionjob_changelist")
     counts = []
@@ -171,7 +166,7 @@ def _lag(seconds: float | None) -> str:
 def _broker(now) -> dict:
     broker = broker_tasks_waiting(read=BROKER_TASKS_READ)
     oldest = broker["oldest_enqueued_at"]
-    return {**broker, "oldest": f"{_at(oldest)}, {ago(oldest, now)}" if oldest else "—"}
+    return {**broker, "oldest": f"{moment(oldest)}, {ago(oldest, now)}" if oldest else "—"}
 
 
 def _delivery_lane(now) -> dict:
@@ -202,7 +197,7 @@ def _circuits(now) -> list[dict]:
             "kind": kind,
             "name": name,
             "state": circuit_state(health, now),
-            "probe": _at(health.probe_at) if health.state == CircuitState.OPEN else "—",
+            "probe": moment(health.probe_at) if health.state == CircuitState.OPEN else "—",
             "error": circuit_error(health, now),
         }
         for kind, name, health in named
@@ -225,7 +220,7 @@ def _active(active: dict, now) -> dict:
         oldest_at = active[group].oldest_at
         shown[group] = {
             "count": active[group].count,
-            "oldest": f"{ago(oldest_at, now)} ({_at(oldest_at)})" if oldest_at else "—",
+            "oldest": f"{ago(oldest_at, now)} ({moment(oldest_at)})" if oldest_at else "—",
             "jobs": _oldest(ExtractionJob.objects.filter(status__in=sorted(statuses)), now),
         }
     shown["by_extractor"] = [
@@ -247,9 +242,9 @@ def _oldest(jobs, now) -> list[dict]:
         if job.due_at is None:
             due = "—"
         elif job.due_at <= now:
-            due = f"{_at(job.due_at)} ({span(now - job.due_at)} overdue)"
+            due = f"{moment(job.due_at)} ({span(now - job.due_at)} overdue)"
         else:
-            due = f"{_at(job.due_at)} (in {span(job.due_at - now)})"
+            due = f"{moment(job.due_at)} (in {span(job.due_at - now)})"
         rows.append(
             {"job": job, "short_id": str(job.pk)[-12:], "age": ago(job.created_at, now), "due": due}
         )
@@ -302,7 +297,7 @@ def dashboard_view(request):
         "missing": missing,
         "refresh_seconds": REFRESH_SECONDS,
         "now": now,
-        "updated": _at(now),
+        "updated": moment(now),
     }
     template = "dashboard_body" if request.GET.get("partial") else "dashboard"
     return TemplateResponse(request, f"admin/jobtracking/{template}.html", context)

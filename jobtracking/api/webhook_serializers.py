@@ -73,7 +73,14 @@ class WebhookDeliverySerializer(UtcModelSerializer):
         source="event.event_id", help_text="The `webhook-id` header it is sent with."
     )
     event_type = serializers.CharField(source="event.type")
-    job = serializers.UUIDField(source="event.job_id")
+    job = serializers.UUIDField(
+        source="event.job_id", allow_null=True, help_text="The job of a job.* event; else null."
+    )
+    batch = serializers.UUIDField(
+        source="event.batch_id",
+        allow_null=True,
+        help_text="The batch of a batch.* event; else null.",
+    )
     attempts = DeliveryAttemptSerializer(
         source="attempt_log", many=True, help_text="Every POST of it, oldest first."
     )
@@ -85,6 +92,7 @@ class WebhookDeliverySerializer(UtcModelSerializer):
             "event_id",
             "event_type",
             "job",
+            "batch",
             "state",
             "next_attempt_at",
             "delivered_at",

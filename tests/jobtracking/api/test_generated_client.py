@@ -7,6 +7,7 @@ import importlib
 import io
 import json
 import pkgutil
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -536,6 +537,19 @@ def readyz(s: Session) -> None:
 
 
 # The tests (after every registered call).
+
+
+def test_the_docs_generated_client_example_runs(sdk, live_server):
+    # docs/api.md's example, as written, against the live server and this module's package.
+    docs = (Path(__file__).parents[3] / "docs" / "api.md").read_text()
+    (example,) = re.findall(r"```python generated-client\n(.*?)```", docs, re.S)
+    user = service_account("docs-reader")
+    ExtractorFactory(slug="sandbox")
+    scope = {"KEY": token_issue(user=user)}
+    code = example.replace("jobs_client", PACKAGE).replace("http://127.0.0.1:8000", live_server.url)
+    exec(code, scope)
+    assert scope["answer"].status_code == HTTPStatus.CREATED, scope["answer"].content
+    assert scope["job"].file_id == "F-1"
 
 
 def test_the_generated_client_covers_every_operation(schema):
