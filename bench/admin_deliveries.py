@@ -10,6 +10,7 @@ import statistics
 import time
 
 from bench import setup
+from bench.admin import timed_gets
 
 
 def add_deliveries(job_prefix: str, subscription_ids: list[int], per_job: int) -> None:
@@ -91,13 +92,7 @@ def main() -> None:
     }
     print(f"webhook admin with {WebhookDelivery.objects.count():,} deliveries (20 requests each):")
     for label, url in pages.items():
-        samples = []
-        for _ in range(20):
-            started = time.perf_counter()
-            response = client.get(url)
-            samples.append(time.perf_counter() - started)
-            assert response.status_code == 200, (url, response.status_code)
-        ordered = sorted(samples)
+        ordered = timed_gets(client, url)
         statements = captured(client, url)
         print(
             f"  {label:<28} p50 {statistics.median(ordered) * 1000:6.1f} ms, "

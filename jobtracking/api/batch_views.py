@@ -3,11 +3,10 @@
 import hashlib
 import json
 
-from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
@@ -18,7 +17,6 @@ from jobtracking.api.filters import BatchFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import BATCH_ACTIONS, ActionPermission
-from jobtracking.api.query import StrictQueryParameters
 from jobtracking.api.serializers import (
     BatchCancelSerializer,
     BatchCreateResultSerializer,
@@ -29,6 +27,7 @@ from jobtracking.api.serializers import (
     BatchRequeueSerializer,
     BatchSerializer,
 )
+from jobtracking.api.viewsets import ClientRowsViewSet
 from jobtracking.errors import BatchNotFoundError, JobValidationError
 from jobtracking.models import Batch
 from jobtracking.representation import batch_representation, batches_path, jobs_path
@@ -99,14 +98,12 @@ def operation_body(request, batch: Batch, outcome) -> dict:
 
 @batches_docs
 @extend_schema(tags=["batches"])
-class BatchViewSet(
-    StrictQueryParameters,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    viewsets.GenericViewSet,
-):
+class BatchViewSet(ClientRowsViewSet):
     """Batches: the jobs of one grant request, tracked as one unit."""
 
+    model = Batch
+    not_found = BatchNotFoundError
+    not_found_message = "No batch {pk}, or not one this client may see."
     serializer_class = BatchSerializer
     permission_classes = [ActionPermission]
     action_permissions = BATCH_ACTIONS
@@ -124,23 +121,8 @@ class BatchViewSet(
         "requeue": BatchRequeueSerializer,
     }
 
-    def get_serializer_class(self):
-        return self.action_serializers.get(self.action, BatchSerializer)
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return Batch.objects.none()
-        return batch_list(user=self.request.user)
-
-    def get_object(self) -> Batch:
-        """The batch, or `batch_not_found` (one that does not exist and one the caller may not
-        see answer alike)."""
-        try:
-            return super().get_object()
-        except Http404:
-            raise BatchNotFoundError(
-                f"No batch {self.kwargs.get('pk')}, or not one this client may see."
-            ) from None
+    def rows(self, *, user):
+        return batch_list(user=user)
 
     def get_actionable_object(self) -> Batch:
         """The batch, if the caller may also act on it (`job_may_act_on_batch`)."""

@@ -3,7 +3,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
@@ -55,6 +55,7 @@ from jobtracking.api.serializers import (
     create_checker,
     request_fingerprint,
 )
+from jobtracking.api.viewsets import ClientRowsViewSet
 from jobtracking.errors import JobNotFoundError, JobValidationError, ResultNotReadyError
 from jobtracking.infra.filetypes import HEAD_BYTES, content_matches
 from jobtracking.infra.metrics import render as render_metrics
@@ -98,14 +99,12 @@ class EventCursorPagination(KeysetCursorPagination):
 
 @jobs_docs
 @extend_schema(tags=["jobs"])
-class ExtractionJobViewSet(
-    StrictQueryParameters,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    viewsets.GenericViewSet,
-):
+class ExtractionJobViewSet(ClientRowsViewSet):
     """Extraction jobs: one request to one extractor for one file."""
 
+    model = ExtractionJob
+    not_found = JobNotFoundError
+    not_found_message = "No job {pk}, or not one this client may see."
     serializer_class = ExtractionJobSerializer
     permission_classes = [ActionPermission]
     action_permissions = JOB_ACTIONS
@@ -124,23 +123,8 @@ class ExtractionJobViewSet(
         "requeue": JobRequeueSerializer,
     }
 
-    def get_serializer_class(self):
-        return self.action_serializers.get(self.action, ExtractionJobSerializer)
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return ExtractionJob.objects.none()
-        return job_list(user=self.request.user)
-
-    def get_object(self) -> ExtractionJob:
-        """The job, or `job_not_found` (a job that does not exist and one the caller may not
-        see answer alike)."""
-        try:
-            return super().get_object()
-        except Http404:
-            raise JobNotFoundError(
-                f"No job {self.kwargs.get('pk')}, or not one this client may see."
-            ) from None
+    def rows(self, *, user):
+        return job_list(user=user)
 
     def get_actionable_object(self) -> ExtractionJob:
         """The job, if the caller may also act on it (see `job_may_act`)."""

@@ -4,9 +4,8 @@ signed test event; read the deliveries with every attempt; send one again. Anoth
 endpoint does not exist for the caller (404 `webhook_endpoint_not_found`)."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -15,7 +14,7 @@ from rest_framework.reverse import reverse
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import ActionPermission
-from jobtracking.api.query import StrictQueryParameters
+from jobtracking.api.viewsets import ClientRowsViewSet
 from jobtracking.api.webhook_serializers import (
     NoBodySerializer,
     WebhookDeliverySerializer,
@@ -105,14 +104,12 @@ DELIVERY_ID = OpenApiParameter(
 
 @webhook_endpoints_docs
 @extend_schema(tags=["webhooks"])
-class WebhookEndpointViewSet(
-    StrictQueryParameters,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    viewsets.GenericViewSet,
-):
+class WebhookEndpointViewSet(ClientRowsViewSet):
     """A client's webhook endpoints (its own subscriptions)."""
 
+    model = WebhookSubscription
+    not_found = WebhookEndpointNotFoundError
+    not_found_message = "No webhook endpoint {pk} among this client's."
     serializer_class = WebhookEndpointSerializer
     permission_classes = [ActionPermission]
     action_permissions = WEBHOOK_ACTIONS
@@ -131,23 +128,8 @@ class WebhookEndpointViewSet(
         "deliveries": WebhookDeliverySerializer,
     }
 
-    def get_serializer_class(self):
-        return self.action_serializers.get(self.action, WebhookEndpointSerializer)
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return WebhookSubscription.objects.none()
-        return webhook_endpoint_list(user=self.request.user)
-
-    def get_object(self) -> WebhookSubscription:
-        """The endpoint, or `webhook_endpoint_not_found` (one that does not exist and another
-        client's answer alike)."""
-        try:
-            return super().get_object()
-        except Http404:
-            raise WebhookEndpointNotFoundError(
-                f"No webhook endpoint {self.kwargs.get('pk')} among this client's."
-            ) from None
+    def rows(self, *, user):
+        return webhook_endpoint_list(user=user)
 
     def _input(self, **kwargs) -> dict:
         serializer = WebhookEndpointInputSerializer(
