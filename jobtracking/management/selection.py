@@ -17,12 +17,13 @@ from tqdm import tqdm
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
-from jobtracking.models import ExtractionJob
+from jobtracking.models import Batch, ExtractionJob
 
 SAMPLE_SIZE = 10
 FILTERS = (
     "ids",
     "ids_file",
+    "batch",
     "status",
     "extractor",
     "error_code",
@@ -39,6 +40,7 @@ def add_filter_arguments(parser: CommandParser, statuses=states.ALL) -> None:
     ended = bool(set(statuses) & states.TERMINAL)
     parser.add_argument("--ids", nargs="+", default=[], help="Job ids.")
     parser.add_argument("--ids-file", help="A file of job ids, one a line ('-' for stdin).")
+    parser.add_argument("--batch", metavar="BATCH-ID", help="Only the jobs of this batch.")
     parser.add_argument(
         "--status",
         action="append",
@@ -109,11 +111,24 @@ def _read_ids(options: dict) -> list[str]:
     return [str(UUID(value)) for value in ids]
 
 
+def _batch_id(value: str) -> UUID:
+    """The id of an existing batch, or a CommandError naming what is wrong."""
+    try:
+        batch_id = UUID(value)
+    except ValueError:
+        raise CommandError(f"--batch is not a batch id: {value!r}") from None
+    if not Batch.objects.filter(pk=batch_id).exists():
+        raise CommandError(f"No batch {batch_id}.")
+    return batch_id
+
+
 def filtered_jobs(options: dict) -> QuerySet[ExtractionJob]:
     jobs = ExtractionJob.objects.all()
     ids = _read_ids(options)
     if options["ids"] or options["ids_file"]:
         jobs = jobs.filter(pk__in=ids)
+    if options.get("batch"):
+        jobs = jobs.filter(batch_id=_batch_id(options["batch"]))
     if options["status"]:
         jobs = jobs.filter(status__in=options["status"])
     if options["extractor"]:
@@ -241,7 +256,9 @@ def run_per_job(
     skipped, in the dry run as in the real run; print a summary; fail if any job failed. A job
     that changed between the selection and its turn is skipped as moved on meanwhile."""
     if not has_filter(options):
-        raise CommandError("Give at least one filter (ids, status, extractor, error code, dates).")
+        raise CommandError(
+            "Give at least one filter (ids, batch, status, extractor, error code, dates)."
+        )
     selected = filtered_jobs(options)
     jobs = selected.filter(status__in=applicable.statuses)
     skipped = applicable.left_out(selected)
