@@ -136,15 +136,20 @@ def failures_by_code(batch: Batch, summary: BatchSummary) -> list[dict[str, Any]
 
 
 def batch_timeline(batch: Batch) -> list[dict[str, Any]]:
-    """Its own events (batch.created, .completed, .cancelled), with the counts they carried."""
+    """Its own events (batch.created, .completed, .cancelled), with the status and the counts
+    they carried (the batch as it was then)."""
     rows = []
     for event in batch.events.order_by("id"):
-        counts = event.payload.get("counts") or {}
+        by_status = event.payload.get("by_status") or {}
+        status = event.payload.get("status")
         rows.append(
             {
                 "event": event,
                 "at": moment(event.created_at),
-                "counts": ", ".join(f"{k}: {v}" for k, v in counts.items() if v),
+                "status": batch_status_badge(status) if status in BATCH_STATUSES else "—",
+                "counts": ", ".join(
+                    f"{STATUS_LABELS.get(code, code)}: {n}" for code, n in by_status.items() if n
+                ),
             }
         )
     return rows

@@ -139,6 +139,7 @@ def test_batch_page_has_summary_counts_failures_and_events(operator, client, mix
     assert f"?batch={mixed.pk}&amp;error_code__exact=password_protected" in failures
     timeline = html[html.index('id="batch-timeline"') :]
     assert states.BATCH_CREATED in timeline
+    assert "Pending: 4" in timeline  # the counts when it was created
     assert 'id="cancel-button"' in html and 'id="requeue-button"' in html
 
 
