@@ -159,7 +159,7 @@ def batch_timeline(batch: Batch) -> list[dict[str, Any]]:
 class BatchAdmin(ReadOnlyAdmin):
     list_display = [
         "reference",
-        "requested_by",
+        "client",
         "status",
         "counts",
         "progress",
@@ -207,6 +207,10 @@ class BatchAdmin(ReadOnlyAdmin):
     @admin.display(description="client reference", ordering="client_reference")
     def reference(self, batch: Batch) -> str:
         return batch.client_reference or f"({str(batch.pk)[-12:]})"
+
+    @admin.display(description="client")
+    def client(self, batch: Batch) -> str:
+        return batch.requested_by.get_username() if batch.requested_by else "—"
 
     @admin.display(description="status")
     def status(self, batch: Batch):
