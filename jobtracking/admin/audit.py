@@ -9,6 +9,7 @@ from jobtracking.admin.common import (
     DateRangeFilter,
     JobScopedAdmin,
     ReadOnlyAdmin,
+    batch_link,
     job_link,
     moment,
     status_badge,
@@ -152,6 +153,8 @@ class ExtractionResultAdmin(JobIdSearch, JobScopedAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(JobIdSearch, JobScopedAdmin):
+    # An event is of a job or of a batch (`batch.*` types).
+    job_path = ("job", "batch")
     list_display = ["id", "type", "job_link", "published", "event_id"]
     list_filter = ["type", PublishedFilter]
     search_help_text = "An event id or job id (whole)."
@@ -164,8 +167,10 @@ class JobEventAdmin(JobIdSearch, JobScopedAdmin):
     paginator = EstimatedCountPaginator
     ordering = ["-id"]
 
-    @admin.display(description="job")
+    @admin.display(description="job or batch")
     def job_link(self, event: JobEvent):
+        if event.batch_id:
+            return batch_link(event.batch_id)
         return job_link(event.job_id)
 
     @admin.display(description="published", ordering="created_at")

@@ -98,6 +98,12 @@ def job_link(job_id) -> str:
     return format_html('<a href="{}">{}</a>', url, str(job_id)[-12:])
 
 
+def batch_link(batch_id) -> str:
+    """A batch's short id leading to its page."""
+    url = reverse("admin:jobtracking_batch_change", args=[batch_id])
+    return format_html('<a href="{}">batch {}</a>', url, str(batch_id)[-12:])
+
+
 def uuid_search(queryset: models.QuerySet, term: str, *fields: str) -> models.QuerySet:
     """Rows where one of `fields` is the UUID `term`: an index lookup each, never a scan; no
     rows when `term` is not a UUID."""
@@ -153,7 +159,7 @@ class JobScopedAdmin(ReadOnlyAdmin):
     """Rows derived from a job, shown only where their job is visible to the staff member
     (`selectors.visible`, the same rule as the API's), through the relation path `job_path`."""
 
-    job_path = "job"
+    job_path: str | tuple[str, ...] = "job"
 
     def get_queryset(self, request):
         return visible(super().get_queryset(request), user=request.user, via=self.job_path)

@@ -16,7 +16,15 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from jobtracking import states
-from jobtracking.admin.common import admin_actor, ago, moment, record, span, status_badge
+from jobtracking.admin.common import (
+    admin_actor,
+    ago,
+    batch_link,
+    moment,
+    record,
+    span,
+    status_badge,
+)
 from jobtracking.admin.result_view import shape_result
 from jobtracking.errors import ApplicationError
 from jobtracking.models import ExtractionJob, ExtractionResult, Priority
@@ -36,6 +44,8 @@ def summary(job: ExtractionJob, now: datetime) -> list[tuple[str, Any]]:
         ("Extractor", job.extractor.slug),
         ("External id", job.external_job_id or "—"),
     ]
+    if job.batch_id:
+        rows.append(("Batch", batch_link(job.batch_id)))
     if job.error_code:
         rows.insert(1, ("Error", f"{job.get_error_code_display()} ({job.error_code})"))
         rows.insert(2, ("Error message", job.error_message or "—"))

@@ -1,5 +1,7 @@
 """The jobs list: filters, index-backed search (short id included), bulk actions and CSV."""
 
+import uuid
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
@@ -40,6 +42,32 @@ class StatusFilter(admin.SimpleListFilter):
         return queryset.filter(status=self.value()) if self.value() in states.ALL else queryset
 
 
+class BatchFilter(admin.SimpleListFilter):
+    """The jobs of one batch (`?batch=<id>`, as the batch page links): in the sidebar only while
+    chosen (Django applies only the filters it shows), so that staff see it and can clear it."""
+
+    title = "batch"
+    parameter_name = "batch"
+
+    def _batch_id(self) -> uuid.UUID | None:
+        try:
+            return uuid.UUID(self.value() or "")
+        except ValueError:
+            return None
+
+    def lookups(self, request, model_admin):
+        if self.value() is None:
+            return []
+        batch_id = self._batch_id()
+        return [(self.value(), f"Batch {str(batch_id)[-12:]}" if batch_id else "No such batch")]
+
+    def queryset(self, request, queryset):
+        if self.value() is None:
+            return queryset
+        batch_id = self._batch_id()
+        return queryset.filter(batch_id=batch_id) if batch_id else queryset.none()
+
+
 class JobActionForm(ActionForm):
     reason = forms.CharField(required=False, max_length=1000, help_text="Recorded in the history.")
     force = forms.BooleanField(required=False, label="Force (requeue succeeded jobs)")
@@ -62,7 +90,7 @@ class CompletedFilter(DateRangeFilter):
     field = "completed_at"
 
 
-def _chosen_priority(request) -> Priority | None:
+def chosen_priority(request) -> Priority | None:
     value = request.POST.get("priority", "")
     return Priority.named(value) if value in Priority.codes() else None
 
@@ -87,6 +115,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
         "error_code",
         CreatedFilter,
         CompletedFilter,
+        BatchFilter,
     ]
     search_fields = ["file_id"]
     search_help_text = (
@@ -241,7 +270,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
     @admin.action(description="Requeue selected jobs", permissions=["requeue"])
     def requeue_selected(self, request, queryset):
         force = bool(request.POST.get("force"))
-        priority = _chosen_priority(request)
+        priority = chosen_priority(request)
         self._apply(
             request,
             queryset,
@@ -251,7 +280,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
 
     @admin.action(description="Set the priority of selected jobs", permissions=["requeue"])
     def set_priority(self, request, queryset):
-        priority = _chosen_priority(request)
+        priority = chosen_priority(request)
         if priority is None:
             self.message_user(request, "Choose a priority first.", messages.ERROR)
             return

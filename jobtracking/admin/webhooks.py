@@ -201,7 +201,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         deliveries = WebhookDelivery.objects.filter(subscription=subscription).select_related(
             "event"
         )
-        recent = visible(deliveries, user=request.user, via="event__job").order_by(
+        recent = visible(deliveries, user=request.user, via=WebhookDeliveryAdmin.job_path).order_by(
             "-created_at", "-id"
         )
         return list(recent[:RECENT_DELIVERIES])
@@ -223,7 +223,8 @@ class DeliveryAttemptInline(ReadOnlyInline):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(JobScopedAdmin):
-    job_path = "event__job"
+    # An event is of a job or of a batch: either one makes the delivery visible.
+    job_path = ("event__job", "event__batch")
     list_display = [
         "id",
         "event_type",

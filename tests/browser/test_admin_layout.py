@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from jobtracking.models import ExtractionJob
-from jobtracking.services import Actor, job_transition
+from jobtracking.models import ActorType, ExtractionJob
+from jobtracking.services import Actor, NewJob, job_transition
+from jobtracking.services.batches import NewBatch, batch_create
 from tests.browser.chromium import ARTIFACTS, LAPTOP, MARKS, PHONE
 from tests.factories import ExtractionResultFactory, ExtractorFactory, api_job
 
@@ -57,6 +58,26 @@ def console_jobs():
     return ExtractionJob.objects.get(pk=failed.pk), result
 
 
+@pytest.fixture
+def console_batch():
+    """A closed batch of a long-named grant request, one of its jobs failed."""
+    extractor = ExtractorFactory(slug="sandbox-extractor")
+    items = [
+        NewJob(
+            extractor=extractor,
+            file_id=f"riverbend-community-trust-annual-audited-statement-{n}",
+            source_url=f"https://files.example.org/statement-{n}.pdf",
+        )
+        for n in range(3)
+    ]
+    new = NewBatch(client_reference="grant-request-riverbend-community-trust-2025-0042", close=True)
+    batch = batch_create(new, items, actor=Actor(ActorType.API, None)).batch
+    failed = ExtractionJob.objects.filter(batch=batch).order_by("file_id").first()
+    job_transition(job_id=failed.pk, to_status="submitting", actor=Actor.system())
+    job_transition(job_id=failed.pk, to_status="failed", actor=Actor.system(), prepare=record_error)
+    return batch
+
+
 def scrolls_sideways(page) -> bool:
     return page.evaluate(
         "() => document.documentElement.scrollWidth > document.documentElement.clientWidth"
@@ -65,7 +86,7 @@ def scrolls_sideways(page) -> bool:
 
 @pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["phone", "laptop"])
 def test_console_pages_fit_the_screen_without_scrolling_sideways(
-    live_server, staff_page, viewport, console_jobs
+    live_server, staff_page, viewport, console_jobs, console_batch
 ):
     failed, result = console_jobs
     pages = {
@@ -78,6 +99,8 @@ def test_console_pages_fit_the_screen_without_scrolling_sideways(
         "events": ("/admin/jobtracking/jobevent/", "#result_list"),
         "results": ("/admin/jobtracking/extractionresult/", "#result_list"),
         "audit": ("/admin/jobtracking/jobstatuschange/", "#result_list"),
+        "batches": ("/admin/jobtracking/batch/", "#result_list"),
+        "batch": (f"/admin/jobtracking/batch/{console_batch.pk}/change/", "#batch-timeline"),
     }
     page = staff_page
     crowded = []

@@ -78,7 +78,7 @@ def test_events_list_has_columns_filters_and_id_search(root_client, events):
     created, failed, other = events
     response = root_client.get(EVENTS)
     headers = [str(header["text"]) for header in response.context["result_headers"]]
-    assert headers == ["id", "type", "job", "published", "event id"]
+    assert headers == ["id", "type", "job or batch", "published", "event id"]
     assert [e.pk for e in listed(response)] == [other.pk, failed.pk, created.pk]
     assert [e.pk for e in listed(root_client.get(f"{EVENTS}?type__exact=job.failed"))] == [
         failed.pk
