@@ -107,7 +107,9 @@ def webhook_delivery_list(
     attempts = Prefetch(
         "attempt_log", queryset=DeliveryAttempt.objects.order_by("attempted_at", "id")
     )
-    return visible(deliveries, user=user, via="event__job").prefetch_related(attempts)
+    return visible(deliveries, user=user, via=("event__job", "event__batch")).prefetch_related(
+        attempts
+    )
 
 
 def event_feed_position(*, settle: timedelta) -> int:
