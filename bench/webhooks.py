@@ -6,10 +6,11 @@ one dispatcher, as the engine's main run) with a fresh set of jobs; the receiver
 `bench.receiver`, a process of its own, and the subscription (every event type) is deleted after
 its run.
 
-Per run: jobs/s; deliveries made during the run and per second, and those pending or dead at its
-end; the age of the oldest pending delivery then (the lag); the tasks waiting in the broker then
-and the most seen during the run. A healthy run then waits a bounded time for its pending
-deliveries and prints how long they took.
+Per run: jobs/s; CPU ms a job of the workers, the dispatcher (with its delivery lane),
+PostgreSQL and the sandbox; deliveries made during the run and per second, and those pending or
+dead at its end; the age of the oldest pending delivery then (the lag); the tasks waiting in the
+broker then and the most seen during the run. A healthy run then waits a bounded time for its
+pending deliveries and prints how long they took.
 
 Every wait is bounded: a run not done within its limit is reported with the jobs done by then,
 and its leftovers (active jobs, queued tasks) are cleared so that the next run starts clean.
@@ -124,6 +125,7 @@ def run(monitor: Monitor, files: str, mode: str | None, label: str, limit: float
             subscription = WebhookSubscription.objects.create(
                 url=f"{receiver[0]}/hook", description="bench.webhooks", all_jobs=True
             )
+        before = stack.cpu()
         started = time.perf_counter()
         create_jobs(extractor, JOBS, files)
         result["created_s"] = time.perf_counter() - started
@@ -135,7 +137,9 @@ def run(monitor: Monitor, files: str, mode: str | None, label: str, limit: float
             if left == 0 or elapsed > limit:
                 break
             time.sleep(0.2)
+        after = stack.cpu()
         result |= {
+            "cpu": {name: 1000 * (after[name] - before[name]) / JOBS for name in after},
             "wall_s": elapsed,
             "done": JOBS - left,
             "rate": (JOBS - left) / elapsed,
@@ -181,6 +185,7 @@ def report(run: dict, round_: int) -> None:
         f"broker: {run['broker']:,} tasks waiting at the end, at most {run['broker_peak']:,} "
         "during the run"
     )
+    print("CPU ms a job: " + ", ".join(f"{name} {ms:.2f}" for name, ms in run["cpu"].items()))
     if "deliveries" not in run:
         return
     made, got = run["deliveries"], run["received"]

@@ -334,6 +334,8 @@ WEBHOOK_READ_TIMEOUT = float(os.environ.get("WEBHOOK_READ_TIMEOUT", "10"))
 WEBHOOK_LANE_BATCH_SIZE = int(os.environ.get("WEBHOOK_LANE_BATCH_SIZE", "100"))
 WEBHOOK_CONCURRENCY = int(os.environ.get("WEBHOOK_CONCURRENCY", "16"))
 WEBHOOK_LANE_IDLE_SECONDS = float(os.environ.get("WEBHOOK_LANE_IDLE_SECONDS", "0.2"))
+# Added to the lane process's niceness: deliveries yield the CPU to job work (0: equal share).
+WEBHOOK_LANE_NICENESS = int(os.environ.get("WEBHOOK_LANE_NICENESS", "10"))
 
 
 # Retention: terminal jobs (with their history, results and events) are purged this many days

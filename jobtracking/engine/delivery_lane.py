@@ -1,7 +1,7 @@
 """The webhook delivery lane: deliveries never go through the job broker, so a backlog of them,
 or a receiver that is down or never answers, holds no job work.
 
-The lane is a thread of every dispatcher process. Each round claims due deliveries (`SELECT …
+The lane runs beside every dispatcher. Each round claims due deliveries (`SELECT …
 FOR UPDATE SKIP LOCKED`, so several dispatchers never send one twice at once), holds those whose
 receiver's circuit is open or paused (one goes as the probe, see
 `jobtracking.services.circuits`), POSTs the rest at once through a bounded pool, records each
@@ -9,18 +9,24 @@ attempt (the deliveries' rows and a `DeliveryAttempt` each, in one statement) an
 receiver's outcomes to its circuit. A new delivery is due at once and is sent within
 `WEBHOOK_LANE_IDLE_SECONDS`; a claimed delivery whose sender died is due again after the
 dispatch lease.
+
+The lane is a child process of its dispatcher, at a lower CPU priority
+(`WEBHOOK_LANE_NICENESS`): on a machine short of CPU, job work goes first and deliveries take
+what is left (they catch up when the jobs pause), and the lane's Python never competes with the
+dispatcher's claims for one interpreter lock.
 """
 
 import functools
 import logging
-import threading
-import time
+import multiprocessing
+import os
+import signal
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, connections
 
 from jobtracking.models import ReceiverHealth
 from jobtracking.services.circuits import Tally, circuits_report
@@ -61,18 +67,36 @@ def _pool() -> ThreadPoolExecutor:
     )
 
 
-class DeliveryLane(threading.Thread):
-    """The lane's loop, beside a dispatcher's: rounds back to back while deliveries are due,
-    a short sleep when none is; database outages ridden out with capped backoff."""
+class DeliveryLane:
+    """The lane's process: rounds back to back while deliveries are due, a short sleep when
+    none is; database outages ridden out with capped backoff. It ends when its dispatcher asks
+    or dies."""
 
-    def __init__(self, stopping: threading.Event) -> None:
-        super().__init__(name="delivery-lane", daemon=True)
-        self.stopping = stopping
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("fork")
+        self.stopping = context.Event()
+        self.process = context.Process(target=self._run, name="delivery-lane", daemon=True)
 
-    def run(self) -> None:
+    def start(self) -> None:
+        connections.close_all()  # the child opens its own; a shared socket would be corrupted
+        self.process.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+
+    def _run(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)  # the dispatcher stops the lane
+        os.nice(settings.WEBHOOK_LANE_NICENESS)
+        dispatcher = os.getppid()
         lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
         failures = 0
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and os.getppid() == dispatcher:
             try:
                 sent = deliveries_send_due(limit=settings.WEBHOOK_LANE_BATCH_SIZE, lease=lease)
                 failures = 0
@@ -83,5 +107,5 @@ class DeliveryLane(threading.Thread):
                 wait = min(10.0, 0.5 * 2**failures)
                 logger.warning("delivery lane: database error (%s); retrying in %.1fs", error, wait)
                 connection.close()
-                time.sleep(wait)
+                self.stopping.wait(wait)
         connection.close()

@@ -1,8 +1,8 @@
 """The dispatcher hands out all job work. It claims jobs whose due_at has passed and enqueues
-one `process_jobs` task per batch of one extractor's jobs. Beside it, a thread runs the webhook
-delivery lane (`jobtracking.engine.delivery_lane`), which never goes through the broker. A new
-job wakes it at once (PostgreSQL `NOTIFY`, see `jobtracking.engine.wakeup`); otherwise it looks
-every `JOBS_DISPATCH_IDLE_SECONDS`.
+one `process_jobs` task per batch of one extractor's jobs. Beside it, a child process runs the
+webhook delivery lane (`jobtracking.engine.delivery_lane`), which never goes through the broker.
+A new job wakes it at once (PostgreSQL `NOTIFY`, see `jobtracking.engine.wakeup`); otherwise it
+looks every `JOBS_DISPATCH_IDLE_SECONDS`.
 
 Claiming uses `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL, so several dispatchers on several
 machines never claim the same job, and the queries walk a partial index of active jobs by
@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 from collections import defaultdict
 from datetime import timedelta
@@ -45,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_SECONDS = 5.0
 BACKPRESSURE_POLL_SECONDS = 0.05
+# A lane round still waiting for its POSTs then is cut short: its deliveries go again after the
+# dispatch lease.
+LANE_STOP_SECONDS = 5.0
 # Each cluster says how many workers it has (heartbeats of this kind, see `run_cluster`).
 WORKERS = "workers"
 WORKERS_BEAT_SECONDS = 10.0
@@ -136,7 +138,7 @@ class Dispatcher:
         self.lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
         self.name = f"dispatcher@{socket.gethostname()}:{os.getpid()}"
         self.stopping = False
-        self.lane_stopping = threading.Event()
+        self.lane = DeliveryLane()
         self.claimed_total = 0
         self.last_beat = 0.0
         self.held_back = False
@@ -150,14 +152,13 @@ class Dispatcher:
 
     def stop(self, *_args) -> None:
         self.stopping = True
-        self.lane_stopping.set()
+        self.lane.stop()
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         # Webhook deliveries in their own lane: a backlog of them never holds job claims.
-        lane = DeliveryLane(self.lane_stopping)
-        lane.start()
+        self.lane.start()
         listener = Listener()
         failures = 0
         while not self.stopping:
@@ -180,6 +181,7 @@ class Dispatcher:
                 close_old_connections()
                 connection.close()
                 time.sleep(wait)
+        self.lane.join(timeout=LANE_STOP_SECONDS)
 
     def tick(self) -> int:
         # Back-pressure: claim no further ahead of the workers than a few tasks for each of
