@@ -2,8 +2,11 @@
 the sandbox extractor over HTTP, all on the test database in PostgreSQL."""
 
 import os
+import random
 import re
 import signal
+import time
+from collections import Counter, defaultdict
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -15,7 +18,7 @@ from django_q.conf import Conf
 
 from extraction.models import Adapter
 from jobtracking import states
-from jobtracking.models import ExtractionJob
+from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange
 from jobtracking.services import Actor, NewJob, job_create
 from tests.factories import ExtractorFactory
 from tests.processes import descendants, start_command, stop, wait_until
@@ -169,23 +172,74 @@ def extractor(sandbox):
     )
 
 
-def create_jobs(extractor, count: int, prefix: str = "f") -> list:
-    jobs = []
-    for n in range(count):
-        name = NAMES[n % len(NAMES)]
-        jobs.append(
-            job_create(
-                NewJob(
-                    extractor=extractor,
-                    file_id=f"{prefix}-{n}",
-                    file_name=name,
-                    upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
-                ),
-                actor=Actor("api"),
-            ).pk
+def new_jobs(extractor, count: int, prefix: str = "f") -> list[NewJob]:
+    """Uploads of the sandbox's samples, in turn."""
+    names = [NAMES[n % len(NAMES)] for n in range(count)]
+    return [
+        NewJob(
+            extractor=extractor,
+            file_id=f"{prefix}-{n}",
+            file_name=name,
+            upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
         )
-    return jobs
+        for n, name in enumerate(names)
+    ]
+
+
+def create_jobs(extractor, count: int, prefix: str = "f") -> list:
+    return [job_create(new, actor=Actor("api")).pk for new in new_jobs(extractor, count, prefix)]
 
 
 def idle_workers(stack) -> list[int]:
     return [pid for pid, title in stack.titles().items() if IDLE_WORKER_TITLE.search(title)]
+
+
+def kill_at_random(stack, seconds: float, seed: int) -> Counter:
+    """For `seconds`, every 0.8-1.6 s, SIGKILL the dispatcher (started again at once) or one of
+    the cluster's workers (its sentinel starts another); returns how many of each it killed."""
+    chaos = random.Random(seed)
+    killed = Counter()
+    stop_at = time.monotonic() + seconds
+    while time.monotonic() < stop_at:
+        time.sleep(chaos.uniform(0.8, 1.6))
+        if chaos.random() < 0.5:
+            os.killpg(stack.dispatchers[-1].pid, signal.SIGKILL)
+            stack.start_dispatcher()
+            killed["dispatcher"] += 1
+        else:
+            workers = [pid for pid, title in stack.titles().items() if WORKER_TITLE.search(title)]
+            if workers:
+                os.kill(chaos.choice(workers), signal.SIGKILL)
+                killed["worker"] += 1
+    return killed
+
+
+def assert_no_duplicate_submissions(sandbox, jobs) -> None:
+    stats = sandbox.stats()
+    assert stats["duplicate_keys"] == []
+    for job in jobs:
+        assert stats["created_by_key"].get(f"{job.pk}:{job.attempt}") == (
+            1 if job.external_job_id else None
+        )
+
+
+def assert_each_transition_published_once(job_ids) -> None:
+    """Each job's audit trail is one unbroken chain of moves, and its events are exactly the
+    events of those moves, in the same order: none lost, none doubled."""
+    changes = defaultdict(list)
+    for job_id, source, target in (
+        JobStatusChange.objects.filter(job_id__in=job_ids)
+        .values_list("job_id", "from_status_id", "to_status_id")
+        .order_by("id")
+    ):
+        changes[str(job_id)].append((source, target))
+    published = defaultdict(list)
+    for job_id, event_type in (
+        JobEvent.objects.filter(job_id__in=job_ids).values_list("job_id", "type").order_by("id")
+    ):
+        published[str(job_id)].append(event_type)
+    for job_id in map(str, job_ids):
+        moves = changes[job_id]
+        assert [source for source, _ in moves] == [None] + [target for _, target in moves[:-1]]
+        expected = [states.event_type(source, target) for source, target in moves]
+        assert published[job_id] == [t for t in expected if t is not None], job_id

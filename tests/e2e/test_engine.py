@@ -2,7 +2,6 @@
 over HTTP, PostgreSQL; faults injected by the sandbox and by killing processes."""
 
 import os
-import random
 import signal
 import subprocess
 import time
@@ -14,24 +13,17 @@ from django.utils import timezone
 
 from jobtracking.models import ExtractionJob, ExtractionResult, JobStatusChange
 from tests.e2e.conftest import (
-    WORKER_TITLE,
+    assert_each_transition_published_once,
+    assert_no_duplicate_submissions,
     create_jobs,
     idle_workers,
+    kill_at_random,
     wait_for_status,
     wait_for_terminal,
 )
 from tests.processes import free_port, start_command, stop, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def assert_no_duplicate_submissions(sandbox, jobs) -> None:
-    stats = sandbox.stats()
-    assert stats["duplicate_keys"] == []
-    for job in jobs:
-        assert stats["created_by_key"].get(f"{job.pk}:{job.attempt}") == (
-            1 if job.external_job_id else None
-        )
 
 
 def test_each_sample_goes_from_pending_to_succeeded(stack, sandbox, extractor):
@@ -139,21 +131,11 @@ def test_deadline_reached_times_out_and_cancels_at_the_extractor(stack, sandbox,
 def test_random_kills_and_transient_faults_leave_no_job_behind(stack, sandbox, extractor):
     sandbox.configure(latency_min=0.2, latency_max=1.0, transient_rate=0.2, poll_retry_after=0.3)
     job_ids = create_jobs(extractor, 20)
-    chaos = random.Random(11)
-    stop_at = time.monotonic() + 8
-    while time.monotonic() < stop_at:
-        time.sleep(chaos.uniform(0.8, 1.6))
-        if chaos.random() < 0.5:
-            victim = stack.dispatchers[-1]
-            os.killpg(victim.pid, signal.SIGKILL)
-            stack.start_dispatcher()
-        else:
-            workers = [pid for pid, title in stack.titles().items() if WORKER_TITLE.search(title)]
-            if workers:
-                os.kill(chaos.choice(workers), signal.SIGKILL)
+    kill_at_random(stack, seconds=8, seed=11)
     jobs = wait_for_terminal(job_ids, 120, stack)
     assert {job.status_id for job in jobs} == {"succeeded"}
     assert_no_duplicate_submissions(sandbox, jobs)
+    assert_each_transition_published_once(job_ids)
     assert sandbox.stats()["early_polls"] == []
 
 
