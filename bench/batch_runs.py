@@ -11,7 +11,9 @@ no batch `job_create_many` (`POST /jobs/bulk/`); in a batch `batch_create` with 
 `batch_close` (`POST /batches/{id}/close/`). Keep `BENCH_CREATE` at its default (bulk): with
 `single` the no-batch runs would create one job a call and the batch runs would not.
 
-Per run: jobs/s, SQL statements and commits per job, CPU ms per job by process; for a batch run
+Per run: jobs/s, SQL statements and commits per job, CPU ms per job by process, and the cores
+other processes on the machine kept busy on average (the noise: /proc/stat less the run's own
+processes); for a batch run
 the completion checks run (calls of `batch_completion`'s UPDATE), the `batch.completed` events
 (exactly one expected) and the latency: the event's `created_at` minus the latest `completed_at`
 of the batch's jobs (the stamp of a job's terminal transition).
@@ -101,7 +103,7 @@ def report(run: dict, round_: int) -> None:
         f"batches, round {round_}, {run['label']}: {run['jobs']:,} jobs in {run['wall_s']:.1f} s "
         f"-> {run['rate']:.1f} jobs/s (creation {run['created_s']:.1f} s); {run['outcome']}; "
         f"{run['statements']:.2f} statements, {run['commits']:.2f} commits a job; CPU ms a job: "
-        f"{cpu}"
+        f"{cpu}; other processes kept {run['others_cores']:.2f} cores busy"
     )
     if "events" in run:
         print(
@@ -118,13 +120,15 @@ def rows_table(runs: list[dict]) -> None:
     per_round = ", ".join(f"{batch['rate'] / alone['rate']:.2f}x" for alone, batch in pairs)
     print(
         "\n| run | jobs | jobs/s (median) | runs (jobs/s) | vs no batch | statements/job "
-        "| commits/job | completion checks/job | batch.completed after the last job |"
+        "| commits/job | CPU ms/job | others' cores | completion checks/job "
+        "| batch.completed after the last job |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label in ROWS:
         rows = by_label[label]
         rate = statistics.median(run["rate"] for run in rows)
         each = ", ".join(f"{run['rate']:.1f}" for run in rows)
+        others = ", ".join(f"{run['others_cores']:.2f}" for run in rows)
         checks = latencies = "-"
         if label != ROWS[0]:
             checks = f"{statistics.median(run['checks'] / run['jobs'] for run in rows):.3f}"
@@ -132,7 +136,9 @@ def rows_table(runs: list[dict]) -> None:
         print(
             f"| {label} | {JOBS:,} | {rate:.1f} | {each} | {rate / base:.2f}x "
             f"| {statistics.median(run['statements'] for run in rows):.2f} "
-            f"| {statistics.median(run['commits'] for run in rows):.2f} | {checks} "
+            f"| {statistics.median(run['commits'] for run in rows):.2f} "
+            f"| {statistics.median(sum(run['cpu'].values()) for run in rows):.1f} "
+            f"| {others} | {checks} "
             f"| {latencies} |"
         )
     print(

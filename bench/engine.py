@@ -124,6 +124,15 @@ def tcp_delta(before: dict[str, int]) -> dict[str, int]:
     return {name: after[name] - before[name] for name in TCP_COUNTERS}
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time every process on the machine used, all cores together (/proc/stat): less the
+    stack's own over a run, what else ran beside it."""
+    user, nice, system, _idle, _iowait, irq, softirq = map(
+        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS
+
+
 def postgres_cpu_seconds() -> float:
     """CPU of the throwaway cluster's postmaster and its backends."""
     from tests.processes import descendants
@@ -323,6 +332,7 @@ def run_jobs(
         ).raise_for_status()
         monitor.reset()
         before = stack.cpu()
+        machine = machine_cpu_seconds()
         tcp = tcp_counters()
         started = time.perf_counter()
         settle = create(extractor, count, files)
@@ -330,6 +340,7 @@ def run_jobs(
         wait_until(lambda: monitor.active(extractor.pk) == 0, 3600, "every job to finish")
         elapsed = time.perf_counter() - started
         after = stack.cpu()
+        machine = machine_cpu_seconds() - machine
         tcp = tcp_delta(tcp)
         (statements, nested), commits = monitor.statements(), monitor.commits()
         top = monitor.top(8)
@@ -350,6 +361,7 @@ def run_jobs(
         .annotate(n=Count("id"))
     )
     cpu = {name: 1000 * (after[name] - before[name]) / count for name in after}
+    ours = sum(after[name] - before[name] for name in after)
     return {
         "label": label,
         "jobs": count,
@@ -364,6 +376,8 @@ def run_jobs(
         "outcome": outcome,
         "top": top,
         "tcp": tcp,
+        # Cores that other processes kept busy during the run, on average: the noise.
+        "others_cores": max(0.0, machine - ours) / elapsed,
     }
 
 
