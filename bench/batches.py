@@ -1,12 +1,16 @@
 """A batch's aggregate as `GET /api/v1/batches/<id>/` computes it from its jobs (the index
 `job_batch_status_idx`), with 10,000 jobs in the batch and many more jobs stored beside it,
 through Django's request path in process; and the completion check each terminal transition of
-a batch's job runs after its commit (`batch_completion.batches_complete`).
+a batch's job runs after its commit (`batch_completion.batches_complete`). First, on a durable
+PostgreSQL, the batch rows (`bench.batch_runs`): the engine's rate with and without a batch, and
+`batch.completed`'s latency.
 
-    .ci/with_postgres.sh .venv/bin/python -m bench.batches
+    PG_DURABLE=1 .ci/with_postgres.sh .venv/bin/python -m bench.batches
 
     BENCH_BATCH_JOBS (10,000)        jobs in each measured batch
     BENCH_BATCH_BACKGROUND (200,000) other jobs stored (no batch)
+    BENCH_BATCH_RUN_JOBS (10,000)    jobs in each batch row's run; 0 leaves those rows out (their
+                                     other knobs: see `bench.batch_runs`)
 """
 
 import itertools
@@ -14,7 +18,7 @@ import os
 import statistics
 import time
 
-from bench import setup
+from bench import batch_runs, setup
 
 JOBS = int(os.environ.get("BENCH_BATCH_JOBS", 10_000))
 BACKGROUND = int(os.environ.get("BENCH_BATCH_BACKGROUND", 200_000))
@@ -67,6 +71,9 @@ def deltas(batches: dict) -> str:
 
 def main() -> None:
     setup()
+    if batch_runs.JOBS:
+        # First, as `bench.engine` runs them: on a database with no other jobs stored.
+        batch_runs.batch_rows()
     from django.contrib.auth.models import Permission
     from django.db import connection
     from django.db.models import Count, Max, Min

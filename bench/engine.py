@@ -58,6 +58,7 @@ MONITOR_ROLE = "bench_monitor"
 FK_CHECK = "SELECT % FROM ONLY %"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CREATE = os.environ.get("BENCH_CREATE", "bulk")
+BULK = 500  # jobs a call, as `POST /jobs/bulk/` and `POST /batches/{id}/jobs/` take at most
 TCP_COUNTERS = ("ListenOverflows", "ListenDrops", "TCPSynRetrans")
 # The scaling table's rows, in the order each round runs them; the first is the base of the ratios.
 SCALING = (
@@ -121,6 +122,15 @@ def tcp_counters() -> dict[str, int]:
 def tcp_delta(before: dict[str, int]) -> dict[str, int]:
     after = tcp_counters()
     return {name: after[name] - before[name] for name in TCP_COUNTERS}
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time every process on the machine used, all cores together (/proc/stat): less the
+    stack's own over a run, what else ran beside it."""
+    user, nice, system, _idle, _iowait, irq, softirq = map(
+        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS
 
 
 def postgres_cpu_seconds() -> float:
@@ -268,10 +278,9 @@ def new_extractor(url: str, **limits):
     )
 
 
-def create_jobs(extractor, count: int, files: str) -> None:
-    """Through the bulk service, 500 a call (as `POST /jobs/bulk/` does), or one at a time with
-    BENCH_CREATE=single."""
-    from jobtracking.services import Actor, NewJob, job_create, job_create_many
+def job_chunks(extractor, count: int, files: str) -> list[list]:
+    """`count` jobs' `NewJob`s, the sample files in turn, in calls of `BULK`."""
+    from jobtracking.services import NewJob
 
     names = sorted(p.name for p in SAMPLES.iterdir())
     items = [
@@ -283,15 +292,35 @@ def create_jobs(extractor, count: int, files: str) -> None:
         )
         for n in range(count)
     ]
-    if CREATE == "single":
-        for new in items:
-            job_create(new, actor=Actor.system())
-        return
-    for start in range(0, count, 500):
-        job_create_many(items[start : start + 500], actor=Actor.system())
+    return [items[start : start + BULK] for start in range(0, count, BULK)]
 
 
-def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: dict, **limits):
+def create_jobs(extractor, count: int, files: str) -> None:
+    """Through the bulk service, `BULK` a call (as `POST /jobs/bulk/` does), or one at a time with
+    BENCH_CREATE=single."""
+    from jobtracking.services import Actor, job_create, job_create_many
+
+    for chunk in job_chunks(extractor, count, files):
+        if CREATE == "single":
+            for new in chunk:
+                job_create(new, actor=Actor.system())
+        else:
+            job_create_many(chunk, actor=Actor.system())
+
+
+def run_jobs(
+    monitor: Monitor,
+    files: str,
+    count: int,
+    label: str,
+    stack_args: dict,
+    create=create_jobs,
+    **limits,
+):
+    """`count` jobs through a fresh stack, created by `create(extractor, count, files)`, timed
+    from the start of their creation until none is active. What `create` returns, if anything, is
+    called once the figures are read and before the stack stops (to wait for what the jobs'
+    end sets off)."""
     from extraction.sandbox.server import control_headers
     from tests.processes import wait_until
 
@@ -303,19 +332,23 @@ def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: d
         ).raise_for_status()
         monitor.reset()
         before = stack.cpu()
+        machine = machine_cpu_seconds()
         tcp = tcp_counters()
         started = time.perf_counter()
-        create_jobs(extractor, count, files)
+        settle = create(extractor, count, files)
         created = time.perf_counter() - started
         wait_until(lambda: monitor.active(extractor.pk) == 0, 3600, "every job to finish")
         elapsed = time.perf_counter() - started
         after = stack.cpu()
+        machine = machine_cpu_seconds() - machine
         tcp = tcp_delta(tcp)
         (statements, nested), commits = monitor.statements(), monitor.commits()
         top = monitor.top(8)
         stats = requests.get(
             f"{stack.sandbox_url}/_sandbox/stats", headers=control_headers(), timeout=10
         ).json()
+        if settle is not None:
+            settle()
     finally:
         stop_stack(stack)
     from django.db.models import Count
@@ -328,6 +361,7 @@ def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: d
         .annotate(n=Count("id"))
     )
     cpu = {name: 1000 * (after[name] - before[name]) / count for name in after}
+    ours = sum(after[name] - before[name] for name in after)
     return {
         "label": label,
         "jobs": count,
@@ -342,6 +376,8 @@ def run_jobs(monitor: Monitor, files: str, count: int, label: str, stack_args: d
         "outcome": outcome,
         "top": top,
         "tcp": tcp,
+        # Cores that other processes kept busy during the run, on average: the noise.
+        "others_cores": max(0.0, machine - ours) / elapsed,
     }
 
 
