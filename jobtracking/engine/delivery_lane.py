@@ -1,7 +1,7 @@
 """The webhook delivery lane: deliveries never go through the job broker, so a backlog of them,
 or a receiver that is down or never answers, holds no job work.
 
-The lane runs beside every dispatcher. Each round claims due deliveries (`SELECT …
+Each round of the lane claims due deliveries (`SELECT …
 FOR UPDATE SKIP LOCKED`, so several dispatchers never send one twice at once), holds those whose
 receiver's circuit is open or paused (one goes as the probe, see
 `jobtracking.services.circuits`), POSTs the rest at once through a bounded pool, records each
