@@ -85,6 +85,22 @@ def deliveries(subscription) -> dict:
     }
 
 
+def delivery_updates() -> tuple[int, int]:
+    """Updates of deliveries' rows so far, and how many of them were heap-only (no index
+    entry added). Each backend reports its counts when it ends, so read after the stack stops."""
+    from django.db import connection
+
+    from jobtracking.models import WebhookDelivery
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = %s",
+            [WebhookDelivery._meta.db_table],
+        )
+        return cursor.fetchone()
+
+
 def clear(extractor, subscription) -> int:
     """Leave nothing for the next run: the subscription and its deliveries, the run's unfinished
     jobs (cancelled), and the broker's waiting tasks. Returns the jobs cancelled."""
@@ -117,6 +133,7 @@ def run(monitor: Monitor, files: str, mode: str | None, label: str, limit: float
 
     receiver = start_receiver(mode) if mode else None
     stack = start_stack(workers=2, clusters=1, dispatchers=1)
+    updates = delivery_updates()
     subscription = extractor = None
     result: dict = {"label": label, "mode": mode, "jobs": JOBS, "limit_s": limit}
     try:
@@ -161,6 +178,9 @@ def run(monitor: Monitor, files: str, mode: str | None, label: str, limit: float
             result["received_drained"] = received(receiver[0])
     finally:
         stop_stack(stack)
+        result["updates"] = [
+            now - then for now, then in zip(delivery_updates(), updates, strict=True)
+        ]
         if receiver:
             stop(receiver[1])
         if extractor is not None:
@@ -197,6 +217,8 @@ def report(run: dict, round_: int) -> None:
         + (f", {got['open']:,} held open" if run["mode"] == "hang" else "")
         + f" and spent {1000 * got['cpu_s'] / max(got['requests'], 1):.2f} ms of CPU a request"
     )
+    updated, hot = run["updates"]
+    print(f"deliveries' rows updated {updated:,} times, {hot / max(updated, 1):.0%} heap-only")
     if "drained" in run:
         drained = run["drained"]
         state = (

@@ -522,6 +522,10 @@ class WebhookDelivery(models.Model):
     )
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Set by a sender that claimed the delivery, until its lease ends. Not indexed, unlike
+    # `next_attempt_at`: on PostgreSQL a claim is then a heap-only update that adds no index
+    # entry (the table keeps room in its pages for it, migration 0019).
+    claimed_until = models.DateTimeField(null=True, blank=True, editable=False)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_response_excerpt = models.TextField(blank=True)

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobtracking.infra.rows import (
@@ -129,6 +130,7 @@ def _attempt_changes(
     first_failed_at = delivery.first_failed_at or now
     attempts = delivery.attempts + (held_until is None or is_delivered(status))
     changes: dict[str, Any] = {
+        "claimed_until": None,
         "attempts": attempts,
         "last_status_code": status,
         "last_response_excerpt": outcome.excerpt,
@@ -182,6 +184,7 @@ def record_attempt(
 
 
 RECORDED_FIELDS = (
+    "claimed_until",
     "attempts",
     "last_status_code",
     "last_response_excerpt",
@@ -255,6 +258,7 @@ def _rescheduled(now) -> dict[str, Any]:
         "first_failed_at": None,
         "delivered_at": None,
         "next_attempt_at": now,
+        "claimed_until": None,
         "last_error": "",
     }
 
@@ -279,14 +283,15 @@ def delivery_redeliver(*, delivery: WebhookDelivery) -> WebhookDelivery:
 def deliveries_claim_due(
     *, limit: int, lease: timedelta
 ) -> tuple[list[WebhookDelivery], dict[int, ReceiverHealth]]:
-    """Claim up to `limit` due deliveries: those to send now get their next attempt a lease
-    ahead (so that nobody else sends them meanwhile); those of a receiver whose circuit holds
-    them wait until it may be called again. Returns those to send, and the receivers'
-    circuits as found."""
+    """Claim up to `limit` due deliveries: those to send now are claimed for a lease (so that
+    nobody else sends them meanwhile); those of a receiver whose circuit holds them wait until
+    it may be called again. Returns those to send, and the receivers' circuits as found."""
     now = timezone.now()
     with transaction.atomic():
         due = WebhookDelivery.objects.select_related("event", "subscription").filter(
-            state=DeliveryState.PENDING, next_attempt_at__lte=now
+            Q(claimed_until__isnull=True) | Q(claimed_until__lte=now),
+            state=DeliveryState.PENDING,
+            next_attempt_at__lte=now,
         )
         if connection.features.has_select_for_update_skip_locked:
             due = due.select_for_update(skip_locked=True, of=("self",))
@@ -306,7 +311,7 @@ def deliveries_claim_due(
                 next_attempt_at=gate.hold_until
             )
         WebhookDelivery.objects.filter(pk__in=[d.pk for d in to_send]).update(
-            next_attempt_at=now + lease
+            claimed_until=now + lease
         )
     return to_send, health
 

@@ -10,6 +10,7 @@ from importlib.metadata import version
 import pytest
 import urllib3
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
@@ -245,7 +246,32 @@ def test_the_lane_claims_due_deliveries_once(subscription):
     first, _ = deliveries_claim_due(limit=10, lease=timedelta(seconds=30))
     second, _ = deliveries_claim_due(limit=10, lease=timedelta(seconds=30))
     assert len(first) == 1 and second == []
-    assert WebhookDelivery.objects.get().next_attempt_at > timezone.now() + timedelta(seconds=29)
+    assert WebhookDelivery.objects.get().claimed_until > timezone.now() + timedelta(seconds=29)
+    # Its sender died: it is due again when the lease ends.
+    WebhookDelivery.objects.update(claimed_until=timezone.now())
+    assert [d.pk for d in deliveries_claim_due(limit=10, lease=timedelta(seconds=30))[0]] == [
+        first[0].pk
+    ]
+
+
+def _delivery_updates(cursor) -> tuple[int, int]:
+    cursor.execute(
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = %s",
+        [WebhookDelivery._meta.db_table],
+    )
+    return cursor.fetchone()
+
+
+def test_a_claim_adds_no_index_entry(subscription):
+    """The claim, one write per delivery beside the engine's, is a heap-only update: it sets no
+    indexed column (and the table keeps room in its pages for the new version)."""
+    make_job()
+    with connection.cursor() as cursor:
+        before = _delivery_updates(cursor)
+        (claimed,), _ = deliveries_claim_due(limit=10, lease=timedelta(seconds=30))
+        after = _delivery_updates(cursor)
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)  # updated once, heap-only
+    assert WebhookDelivery.objects.get().next_attempt_at == claimed.next_attempt_at
 
 
 def test_subscription_secrets_are_derived_and_rotate(subscription):
