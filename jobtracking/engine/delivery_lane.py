@@ -100,7 +100,9 @@ class DeliveryLane:
             try:
                 sent = deliveries_send_due(limit=settings.WEBHOOK_LANE_BATCH_SIZE, lease=lease)
                 failures = 0
-                if not sent:
+                if sent < settings.WEBHOOK_LANE_BATCH_SIZE:
+                    # Caught up: the next round takes what comes meanwhile, so that a steady
+                    # flow goes in few full rounds rather than many of a delivery or two.
                     self.stopping.wait(settings.WEBHOOK_LANE_IDLE_SECONDS)
             except DatabaseError as error:
                 failures += 1
