@@ -7,8 +7,8 @@ receiver's circuit is open or paused (one goes as the probe, see
 `jobtracking.services.circuits`), POSTs the rest at once through a bounded pool, records each
 attempt (the deliveries' rows and a `DeliveryAttempt` each, in one statement) and reports each
 receiver's outcomes to its circuit. A new delivery is due at once and is sent within
-`WEBHOOK_LANE_IDLE_SECONDS`; a claimed delivery whose sender died is due again after the
-dispatch lease.
+`WEBHOOK_LANE_IDLE_SECONDS`, the lane's wait after a round that was not full; a claimed
+delivery whose sender died is due again after the dispatch lease.
 
 The lane is a child process of its dispatcher, at a lower CPU priority
 (`WEBHOOK_LANE_NICENESS`): on a machine short of CPU, job work goes first and deliveries take
