@@ -177,5 +177,7 @@ def test_job_throughput_scans_an_index_of_each_time_column():
             cursor.execute(f"EXPLAIN {query['sql']}")
             plans.append("\n".join(row[0] for row in cursor.fetchall()))
     assert len(plans) == 2
-    assert "job_completed_idx" in plans[0] and "Index" in plans[0]
-    assert "job_created_idx" in plans[1] and "Index" in plans[1]
+    # A range on the bare column, which its own index serves; which index an empty table's
+    # planner picks among those holding the column is its choice.
+    assert "Index Cond: (completed_at >=" in plans[0]
+    assert "Index Cond: (created_at >=" in plans[1]
