@@ -32,6 +32,7 @@ bench: install
 	.ci/with_postgres.sh $(PY) -m bench.operations
 	.ci/with_postgres.sh $(PY) -m bench.admin
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.batches
+	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.delivery_backlog
 
 # PORT and SANDBOX_PORT choose the ports (8000, 8765); VERBOSE=1 shows django-q2's task lines.
 run: install

@@ -288,15 +288,26 @@ def deliveries_claim_due(
     it may be called again. Returns those to send, and the receivers' circuits as found."""
     now = timezone.now()
     with transaction.atomic():
-        due = WebhookDelivery.objects.select_related("event", "subscription").filter(
+        due = WebhookDelivery.objects.filter(
             Q(claimed_until__isnull=True) | Q(claimed_until__lte=now),
             state=DeliveryState.PENDING,
             next_attempt_at__lte=now,
         )
         if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True, of=("self",))
+            due = due.select_for_update(skip_locked=True)
+        # The ids first, then their rows with their events: a join in the same statement
+        # would read every due delivery's event before the limit (a backlog's, once a
+        # receiver is back), where this reads `limit` of them.
+        ids = list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
+        claimed = list(
+            WebhookDelivery.objects.select_related("event")
+            .filter(pk__in=ids)
+            .order_by("next_attempt_at")
+        )
+        subscriptions = WebhookSubscription.objects.in_bulk({d.subscription_id for d in claimed})
         by_receiver = defaultdict(list)
-        for delivery in due.order_by("next_attempt_at")[:limit]:
+        for delivery in claimed:
+            delivery.subscription = subscriptions[delivery.subscription_id]
             by_receiver[delivery.subscription_id].append(delivery)
         health = ReceiverHealth.objects.in_bulk(list(by_receiver))
         to_send = []

@@ -16,7 +16,7 @@ from standardwebhooks import Webhook
 from werkzeug import Response
 
 from jobtracking.engine.delivery_lane import deliveries_send_due
-from jobtracking.models import DeliveryAttempt, WebhookDelivery, WebhookSubscription
+from jobtracking.models import DeliveryAttempt, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.services.deliveries import deliver, deliveries_claim_due, delivery_retry
 from jobtracking.webhooks import RETRY_SCHEDULE, describe_failure, subscription_secret
@@ -272,6 +272,30 @@ def test_a_claim_adds_no_index_entry(subscription):
         after = _delivery_updates(cursor)
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1)  # updated once, heap-only
     assert WebhookDelivery.objects.get().next_attempt_at == claimed.next_attempt_at
+
+
+def test_a_claim_takes_the_oldest_due_with_their_events_and_receivers(
+    subscription, django_assert_num_queries
+):
+    job, now = make_job(), timezone.now()
+    events = JobEvent.objects.bulk_create(
+        JobEvent(job=job, type="job.created", payload={"n": n}) for n in range(5)
+    )
+    WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(
+            event=event, subscription=subscription, next_attempt_at=now - timedelta(seconds=n)
+        )
+        for n, event in enumerate(events)
+    )
+    oldest = WebhookDelivery.objects.order_by("next_attempt_at").values_list("pk", flat=True)
+
+    claimed, _ = deliveries_claim_due(limit=3, lease=timedelta(seconds=30))
+
+    with django_assert_num_queries(0):  # what the lane sends is loaded with the claim
+        assert [d.subscription for d in claimed] == [subscription] * 3
+        assert [d.event.payload for d in claimed] == [{"n": 4}, {"n": 3}, {"n": 2}]
+
+    assert [delivery.pk for delivery in claimed] == list(oldest[:3])
 
 
 def test_subscription_secrets_are_derived_and_rotate(subscription):
