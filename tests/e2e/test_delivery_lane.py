@@ -17,6 +17,9 @@ from tests.processes import descendants, wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
+AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
 def niceness(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
@@ -38,6 +41,12 @@ def test_the_lane_is_a_lower_priority_child_that_delivers(lane_stack, extractor,
     create_jobs(extractor, 2)  # job.created each; no cluster runs, so nothing more
 
     assert niceness(lane) == niceness(dispatcher.pid) + settings.WEBHOOK_LANE_NICENESS
+    # Its own session, so that where Linux groups processes by session for CPU shares, the
+    # lane's group has its niceness too (not the dispatcher's equal share against the workers).
+    assert os.getsid(lane) == lane != os.getsid(dispatcher.pid)
+    if AUTOGROUPS.exists() and AUTOGROUPS.read_text().strip() == "1":
+        group = Path(f"/proc/{lane}/autogroup").read_text()
+        assert group.endswith(f" nice {settings.WEBHOOK_LANE_NICENESS}\n")
     delivered = WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED)
     wait_until(lambda: delivered.count() == 2, 20, "both deliveries")
     assert len(httpserver.log) == 2
