@@ -13,34 +13,26 @@ backend's, and the wall time; the ratio of the large backlog to the small one (t
 """
 
 import os
-import resource
 import statistics
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 from bench import setup
+from bench.engine import cpu_seconds
 
 SMALL = int(os.environ.get("BENCH_BACKLOG_SMALL", 1_000))
 LARGE = int(os.environ.get("BENCH_BACKLOG_LARGE", 20_000))
 REPEATS = int(os.environ.get("BENCH_BACKLOG_REPEATS", 3))
 
 
-def process_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def backend_cpu() -> float:
-    """CPU seconds of this connection's PostgreSQL backend (on this machine)."""
+def backend_pid() -> int:
+    """This connection's PostgreSQL backend (on this machine)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
-        (pid,) = cursor.fetchone()
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cursor.fetchone()[0]
 
 
 def backlog(subscription, job, payload: dict, size: int) -> None:
@@ -69,12 +61,19 @@ def drain(limit: int) -> tuple[int, float, float, float]:
     from jobtracking.webhooks import Outcome
 
     lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
-    cpu, backend, started, sent = process_cpu(), backend_cpu(), time.perf_counter(), 0
+    lane, backend = [os.getpid()], [backend_pid()]
+    cpu, backend_cpu = cpu_seconds(lane), cpu_seconds(backend)
+    started, sent = time.perf_counter(), 0
     while deliveries := deliveries_claim_due(limit=limit, lease=lease)[0]:
         answered = Outcome(204, "", "", timezone.now(), 1)
         deliveries_record([(delivery, answered, None) for delivery in deliveries])
         sent += len(deliveries)
-    return sent, process_cpu() - cpu, backend_cpu() - backend, time.perf_counter() - started
+    return (
+        sent,
+        cpu_seconds(lane) - cpu,
+        cpu_seconds(backend) - backend_cpu,
+        time.perf_counter() - started,
+    )
 
 
 def run(subscription, job, payload: dict, size: int, limit: int) -> dict:
@@ -124,7 +123,7 @@ def main() -> None:
     print("\n| backlog | lane CPU ms a delivery | PostgreSQL ms | wall ms |")
     print("| --- | --- | --- | --- |")
     medians = {
-        size: {key: statistics.median(run[key] for run in runs[size]) for key in runs[size][0]}
+        size: {key: statistics.median(each[key] for each in runs[size]) for key in runs[size][0]}
         for size in runs
     }
     for size, median in medians.items():
