@@ -2,18 +2,12 @@
 `source_url`, a webhook's target): only http(s), and only public addresses unless a setting
 names the host or network (tests and local demos need loopback)."""
 
-import contextlib
 import functools
 import ipaddress
 import socket
-import threading
-from collections import OrderedDict
-from collections.abc import Iterator
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit
 
-import certifi
 import requests
-import urllib3
 from django.conf import settings
 
 ALLOWED_SCHEMES = ("http", "https")
@@ -27,7 +21,7 @@ class UnsafeURLError(ValueError):
         self.message = message
 
 
-def _port(parts: SplitResult) -> int:
+def port_of(parts: SplitResult) -> int:
     return parts.port or (443 if parts.scheme == "https" else 80)
 
 
@@ -41,7 +35,7 @@ def _allowed_origins() -> frozenset[tuple[str, str, int]]:
 @functools.lru_cache(maxsize=8)
 def _parsed_origins(texts: tuple[str, ...]) -> frozenset[tuple[str, str, int]]:
     return frozenset(
-        (parts.scheme, (parts.hostname or "").lower(), _port(parts))
+        (parts.scheme, (parts.hostname or "").lower(), port_of(parts))
         for parts in map(urlsplit, texts)
     )
 
@@ -63,7 +57,7 @@ def check_public_url(url: str, *, approved_hosts: dict | None = None) -> list[st
     (a bulk create's)."""
     try:
         parts = urlsplit(url)
-        port = _port(parts)
+        port = port_of(parts)
     except ValueError:
         raise UnsafeURLError("The URL is malformed.") from None
     if parts.scheme not in ALLOWED_SCHEMES:
@@ -220,68 +214,3 @@ class PinnedAdapter(requests.adapters.HTTPAdapter):
             scheme=host_params["scheme"],
             pool_kwargs=pool_kwargs,
         )
-
-
-# Kept-alive connection pools by (scheme, host, port, approved address), so that many POSTs to
-# one receiver reuse their connections; the oldest is closed past `MAX_POOLS`. urllib3 itself:
-# `requests`' layers above it cost a POST as much CPU again, and a webhook lane sends thousands.
-MAX_POOLS = 64
-_pools: OrderedDict[tuple, urllib3.HTTPConnectionPool] = OrderedDict()
-_pools_lock = threading.Lock()
-
-
-def _pool(scheme: str, host: str, port: int, address: str | None) -> urllib3.HTTPConnectionPool:
-    """A pool connecting to `address` (the host's name when None: a host the settings allow by
-    name); TLS keeps the name for SNI and the certificate check."""
-    with _pools_lock:
-        key = (scheme, host, port, address)
-        pool = _pools.get(key)
-        if pool is None:
-            options = {"maxsize": settings.WEBHOOK_CONCURRENCY, "retries": False}
-            if scheme == "https":
-                pool = urllib3.HTTPSConnectionPool(
-                    address or host,
-                    port,
-                    server_hostname=host,
-                    assert_hostname=host,
-                    cert_reqs="CERT_REQUIRED",
-                    ca_certs=certifi.where(),
-                    **options,
-                )
-            else:
-                pool = urllib3.HTTPConnectionPool(address or host, port, **options)
-            _pools[key] = pool
-            if len(_pools) > MAX_POOLS:
-                _pools.popitem(last=False)[1].close()
-        _pools.move_to_end(key)
-        return pool
-
-
-@contextlib.contextmanager
-def post_checked(
-    url: str, *, body: bytes, headers: dict[str, str], timeout: tuple[float, float]
-) -> Iterator[urllib3.BaseHTTPResponse]:
-    """POST to a client-given URL: checked by the guard, then sent to the address it approved.
-    No proxy, no redirect followed, no retry. The response's body is the caller's to read; its
-    connection is kept for the next POST only if the body was read to its end (a receiver
-    streaming without end cannot hold the lane)."""
-    addresses = check_public_url(url)
-    parts = urlsplit(url)
-    pool = _pool(parts.scheme, parts.hostname, _port(parts), addresses[0] if addresses else None)
-    path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
-    response = pool.urlopen(
-        "POST",
-        path,
-        body=body,
-        headers={**headers, "Host": parts.netloc},
-        timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
-        redirect=False,
-        preload_content=False,
-    )
-    try:
-        yield response
-    finally:
-        if response.length_remaining == 0 or response.closed:
-            response.release_conn()
-        else:
-            response.close()

@@ -10,7 +10,9 @@ import base64
 import errno
 import hashlib
 import hmac
+import http.client
 import json
+import socket
 import ssl
 import time
 from datetime import datetime, timedelta
@@ -18,11 +20,11 @@ from importlib.metadata import version
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-import urllib3
 from django.conf import settings
 from django.utils import timezone
 
-from extraction.urlsafety import UnsafeURLError, post_checked
+from extraction.pinned_post import ConnectError, ConnectTimeout, checked_target, posted
+from extraction.urlsafety import UnsafeURLError
 from jobtracking.infra.ids import uuid7
 from jobtracking.models import (
     JobEvent,
@@ -97,10 +99,10 @@ def delivery_body(event: JobEvent) -> bytes:
     return _message(event.type, event.created_at, event.payload)
 
 
-def _excerpt(response: urllib3.BaseHTTPResponse) -> str:
+def _excerpt(response: http.client.HTTPResponse) -> str:
     try:
         chunk = response.read(EXCERPT_BYTES)
-    except urllib3.exceptions.HTTPError:
+    except (http.client.HTTPException, OSError):
         chunk = b""
     return chunk[:EXCERPT_BYTES].decode("utf-8", "replace")
 
@@ -115,35 +117,53 @@ def delivery_headers(message_id: str, timestamp: str, signature: str) -> dict[st
     }
 
 
+class Receiver:
+    """A subscription as its POSTs need it: the secret derived and the URL checked by the SSRF
+    guard once for a lane round's deliveries to it (so the guard's approval is at most a round
+    old, and a named host is resolved once a round rather than once a POST)."""
+
+    def __init__(self, subscription: WebhookSubscription) -> None:
+        self.url = subscription.url
+        self.secret = subscription_secret(subscription)
+        self.target, self.unsafe = None, ""
+        try:
+            self.target = checked_target(self.url)
+        except UnsafeURLError as unsafe:
+            self.unsafe = f"UnsafeURL: {unsafe.message}"
+
+    def post(self, message_id: str, body: bytes) -> Outcome:
+        """POST a signed body; never raises for the receiver's faults."""
+        timestamp = int(time.time())
+        signature = sign(self.secret, message_id, timestamp, body)
+        headers = delivery_headers(message_id, str(timestamp), signature)
+        status, excerpt, error = None, "", self.unsafe
+        attempted_at, started = timezone.now(), time.monotonic()
+        try:
+            if self.target is not None:
+                with posted(
+                    self.target,
+                    body=body,
+                    headers=headers,
+                    timeout=(settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT),
+                ) as response:
+                    status, excerpt = response.status, _excerpt(response)
+        except (http.client.HTTPException, OSError) as failure:
+            error = describe_failure(failure, self.url)
+        if status is not None and not is_delivered(status):
+            error = f"HTTP {status} from {receiver_address(self.url)}"
+        duration_ms = round((time.monotonic() - started) * 1000)
+        return Outcome(status, excerpt, error, attempted_at, duration_ms)
+
+
 def post_signed(subscription: WebhookSubscription, message_id: str, body: bytes) -> Outcome:
-    """POST a signed body to the subscription; never raises for the receiver's faults."""
-    timestamp = int(time.time())
-    signature = sign(subscription_secret(subscription), message_id, timestamp, body)
-    headers = delivery_headers(message_id, str(timestamp), signature)
-    status, excerpt, error = None, "", ""
-    attempted_at, started = timezone.now(), time.monotonic()
-    try:
-        with post_checked(
-            subscription.url,
-            body=body,
-            headers=headers,
-            timeout=(settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT),
-        ) as response:
-            status, excerpt = response.status, _excerpt(response)
-    except UnsafeURLError as unsafe:
-        error = f"UnsafeURL: {unsafe.message}"
-    except (urllib3.exceptions.HTTPError, OSError) as failure:
-        error = describe_failure(failure, subscription.url)
-    if status is not None and not is_delivered(status):
-        error = f"HTTP {status} from {receiver_address(subscription.url)}"
-    duration_ms = round((time.monotonic() - started) * 1000)
-    return Outcome(status, excerpt, error, attempted_at, duration_ms)
+    return Receiver(subscription).post(message_id, body)
 
 
-def send(delivery: WebhookDelivery) -> Outcome:
-    """POST the delivery's event."""
+def send(delivery: WebhookDelivery, receiver: Receiver | None = None) -> Outcome:
+    """POST the delivery's event (to `receiver`, its subscription as a round found it)."""
     event = delivery.event
-    return post_signed(delivery.subscription, str(event.event_id), delivery_body(event))
+    receiver = receiver or Receiver(delivery.subscription)
+    return receiver.post(str(event.event_id), delivery_body(event))
 
 
 def receiver_address(url: str) -> str:
@@ -156,28 +176,27 @@ def receiver_address(url: str) -> str:
 def describe_failure(failure: Exception, url: str) -> str:
     """A POST's failure as `Cause: what happened, naming the receiver`, e.g.
     "ConnectTimeout: hooks.example:443 did not accept a connection in 5 s". Written from the
-    exception's type and its OS or TLS reason only: urllib3's own messages name the pinned
-    address, and may quote the URL."""
+    exception's type and its OS or TLS reason only, never its message, which may name the
+    pinned address."""
     where = receiver_address(url)
-    exceptions = urllib3.exceptions
-    cause = failure.__cause__ or failure.__context__
-    if isinstance(failure, exceptions.NameResolutionError):
-        return f"NameResolution: {where.rsplit(':', 1)[0]} cannot be resolved"
-    if isinstance(failure, exceptions.NewConnectionError):  # before its parent, ConnectTimeout
+    cause = failure.__cause__
+    if isinstance(failure, ConnectTimeout):
+        seconds = settings.WEBHOOK_CONNECT_TIMEOUT
+        return f"ConnectTimeout: {where} did not accept a connection in {seconds:g} s"
+    if isinstance(failure, ConnectError):
+        if isinstance(cause, socket.gaierror):
+            return f"NameResolution: {where.rsplit(':', 1)[0]} cannot be resolved"
         if isinstance(cause, ConnectionRefusedError):
             return f"ConnectionRefused: {where} refused the connection"
         return f"ConnectionFailed: {where}: {_os_reason(cause)}"
-    if isinstance(failure, exceptions.ConnectTimeoutError):
-        seconds = settings.WEBHOOK_CONNECT_TIMEOUT
-        return f"ConnectTimeout: {where} did not accept a connection in {seconds:g} s"
-    if isinstance(failure, exceptions.ReadTimeoutError | TimeoutError):
+    if isinstance(failure, TimeoutError):
         return f"ReadTimeout: {where} did not answer in {settings.WEBHOOK_READ_TIMEOUT:g} s"
-    if isinstance(failure, exceptions.SSLError):
-        inner = failure.args[0] if failure.args else cause
-        return f"TLSError: {where}: {_tls_reason(inner)}"
-    if isinstance(failure, exceptions.ProtocolError):
-        inner = failure.args[1] if len(failure.args) > 1 else cause
-        return f"ConnectionClosed: {where} closed the connection ({type(inner).__name__})"
+    if isinstance(failure, ssl.SSLError):
+        return f"TLSError: {where}: {_tls_reason(failure)}"
+    if isinstance(failure, ConnectionError):  # RemoteDisconnected too
+        return f"ConnectionClosed: {where} closed the connection ({type(failure).__name__})"
+    if isinstance(failure, http.client.HTTPException):
+        return f"BadAnswer: {where} did not answer in HTTP/1.1 ({type(failure).__name__})"
     return f"{type(failure).__name__}: {where}: {_os_reason(failure)}"
 
 
@@ -187,12 +206,10 @@ def _os_reason(error: BaseException | None) -> str:
     return type(error).__name__ if error else "no reason given"
 
 
-def _tls_reason(error: BaseException | None) -> str:
+def _tls_reason(error: ssl.SSLError) -> str:
     if isinstance(error, ssl.SSLCertVerificationError):
         return f"certificate not trusted ({error.verify_message})"
-    if isinstance(error, ssl.SSLError):
-        return error.reason or type(error).__name__
-    return type(error).__name__ if error else "handshake failed"
+    return error.reason or type(error).__name__
 
 
 def is_delivered(status: int | None) -> bool:

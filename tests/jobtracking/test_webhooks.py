@@ -1,5 +1,7 @@
 """Webhooks to a local receiver that verifies signatures with the `standardwebhooks` package."""
 
+import errno
+import http.client
 import json
 import socket
 import ssl
@@ -8,13 +10,13 @@ from datetime import timedelta
 from importlib.metadata import version
 
 import pytest
-import urllib3
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
 
+from extraction.pinned_post import ConnectError, ConnectTimeout
 from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import DeliveryAttempt, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
@@ -50,6 +52,11 @@ def make_job(file_id="f-1"):
 def _verify_failure(message: str) -> ssl.SSLCertVerificationError:
     failure = ssl.SSLCertVerificationError(1, "certificate verify failed")
     failure.verify_message = message
+    return failure
+
+
+def _caused(failure: Exception, cause: Exception) -> Exception:
+    failure.__cause__ = cause
     return failure
 
 
@@ -431,23 +438,37 @@ def test_a_refused_connection_names_its_cause_and_host_but_not_the_query(setting
     ("failure", "said"),
     [
         (
-            urllib3.exceptions.ConnectTimeoutError(None, "pool 10.0.0.7 /hooks?token=s3cret"),
+            _caused(ConnectTimeout(), TimeoutError("timed out connecting to 10.0.0.7")),
             "ConnectTimeout: hooks.example:443 did not accept a connection in 5 s",
         ),
         (
-            urllib3.exceptions.ReadTimeoutError(None, "/hooks?token=s3cret", "timed out"),
+            _caused(ConnectError(), OSError(errno.EHOSTUNREACH, "No route to host")),
+            "ConnectionFailed: hooks.example:443: No route to host",
+        ),
+        (
+            _caused(ConnectError(), socket.gaierror(socket.EAI_NONAME, "not known")),
+            "NameResolution: hooks.example cannot be resolved",
+        ),
+        (
+            TimeoutError("timed out reading from 10.0.0.7"),
             "ReadTimeout: hooks.example:443 did not answer in 10 s",
         ),
         (
-            urllib3.exceptions.SSLError(
-                _verify_failure("self-signed certificate in certificate chain")
-            ),
+            _verify_failure("self-signed certificate in certificate chain"),
             "TLSError: hooks.example:443: certificate not trusted "
             "(self-signed certificate in certificate chain)",
         ),
         (
-            urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "")),
+            ConnectionResetError(104, "Connection reset by peer"),
             "ConnectionClosed: hooks.example:443 closed the connection (ConnectionResetError)",
+        ),
+        (
+            http.client.RemoteDisconnected("Remote end closed connection without response"),
+            "ConnectionClosed: hooks.example:443 closed the connection (RemoteDisconnected)",
+        ),
+        (
+            http.client.BadStatusLine("HTTP/9 10.0.0.7 /hooks?token=s3cret"),
+            "BadAnswer: hooks.example:443 did not answer in HTTP/1.1 (BadStatusLine)",
         ),
     ],
 )

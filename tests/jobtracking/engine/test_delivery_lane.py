@@ -3,6 +3,8 @@ down or never answers gets probes, not one POST per event; its deliveries wait, 
 still die a day or so after their first failure."""
 
 import socket
+import socketserver
+import threading
 from datetime import timedelta
 
 import pytest
@@ -138,6 +140,49 @@ def test_a_healthy_receiver_beside_a_down_one_gets_everything(receiver, httpserv
     assert deliveries_send_due(limit=100, lease=timedelta(seconds=30)) == 12
     assert WebhookDelivery.objects.filter(subscription=healthy, state="delivered").count() == 6
     assert not ReceiverHealth.objects.filter(pk=healthy.pk).exists()  # healthy: no write
+
+
+class _SlowReceiver(socketserver.ThreadingTCPServer):
+    """Holds each POST until `together` are in at once (or for half a second), then answers
+    204; `most` is the most it held at once."""
+
+    daemon_threads = True
+
+    def __init__(self, together: int) -> None:
+        super().__init__(("127.0.0.1", 0), _Held)
+        self.together, self.held, self.most = together, 0, 0
+        self.change = threading.Condition()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class _Held(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        server = self.server
+        while self.rfile.readline():
+            length = 0
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                length = int(value) if name.lower() == b"content-length" else length
+            self.rfile.read(length)
+            with server.change:
+                server.held += 1
+                server.most = max(server.most, server.held)
+                server.change.notify_all()
+                server.change.wait_for(lambda: server.held >= server.together, timeout=0.5)
+                server.held -= 1
+            self.wfile.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+
+@pytest.mark.parametrize(("concurrency", "most"), [(16, 6), (2, 2)])
+def test_a_slow_receivers_deliveries_go_at_once_up_to_the_concurrency(settings, concurrency, most):
+    settings.WEBHOOK_CONCURRENCY, settings.WEBHOOK_READ_TIMEOUT = concurrency, 5
+    with _SlowReceiver(together=6) as slow:
+        WebhookSubscriptionFactory(url=f"http://127.0.0.1:{slow.server_address[1]}/hooks")
+        six_events()
+        assert lane_round() == 6
+        slow.shutdown()
+    assert WebhookDelivery.objects.filter(state="delivered").count() == 6
+    assert slow.most == most
 
 
 def test_a_rounds_outcomes_are_recorded_as_one_at_a_time_with_the_compare_and_set(receiver):
