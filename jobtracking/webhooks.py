@@ -11,7 +11,6 @@ import errno
 import hashlib
 import hmac
 import http.client
-import json
 import socket
 import ssl
 import time
@@ -20,6 +19,7 @@ from importlib.metadata import version
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+import orjson
 from django.conf import settings
 from django.utils import timezone
 
@@ -88,11 +88,9 @@ def wants(subscription: WebhookSubscription, event_type: str, requester: int | N
 
 def _message(event_type: str, timestamp, data: dict) -> bytes:
     """The body every webhook carries: `{"type", "timestamp", "data"}`, the timestamp written
-    as the API writes moments."""
-    return json.dumps(
-        {"type": event_type, "timestamp": moment(timestamp), "data": data},
-        separators=(",", ":"),
-    ).encode()
+    as the API writes moments; compact UTF-8 (orjson: a tenth of the standard library's time
+    for a job's payload, sent thousands of times a minute)."""
+    return orjson.dumps({"type": event_type, "timestamp": moment(timestamp), "data": data})
 
 
 def delivery_body(event: JobEvent) -> bytes:
