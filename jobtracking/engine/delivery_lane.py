@@ -82,10 +82,12 @@ def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> 
     waiting, outcomes = deque(enumerate(deliveries)), [None] * len(deliveries)
 
     def send_waiting() -> None:
-        with contextlib.suppress(IndexError):  # none left
-            while True:
+        while True:
+            try:
                 index, delivery = waiting.popleft()
-                outcomes[index] = send(delivery, receivers[delivery.subscription_id])
+            except IndexError:  # none left
+                return
+            outcomes[index] = send(delivery, receivers[delivery.subscription_id])
 
     senders = []
     while waiting and len(senders) < settings.WEBHOOK_CONCURRENCY:
