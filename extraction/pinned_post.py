@@ -44,6 +44,11 @@ class Target(NamedTuple):
     path: str  # with the query
     netloc: str
 
+    @property
+    def connects_to(self) -> tuple:
+        """What a kept-alive connection serves: the same for every path of a receiver."""
+        return self.scheme, self.host, self.port, self.address
+
 
 def checked_target(url: str) -> Target:
     """Where `url`'s POSTs go, once the guard approved it (else `UnsafeURLError`)."""
@@ -99,11 +104,9 @@ _idle: OrderedDict[tuple, list[_Connection]] = OrderedDict()
 _idle_lock = threading.Lock()
 
 
-def _closed_by_peer(sock: socket.socket | None) -> bool:
+def _closed_by_peer(sock: socket.socket) -> bool:
     """Whether an idle connection has something to read: its end (or bytes no request asked
     for), so it is not reused."""
-    if sock is None:
-        return True
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(0))
@@ -111,7 +114,7 @@ def _closed_by_peer(sock: socket.socket | None) -> bool:
 
 def _taken(target: Target) -> _Connection:
     with _idle_lock:
-        idle = _idle.get(target[:4], [])
+        idle = _idle.get(target.connects_to, [])
         while idle:
             connection = idle.pop()
             if not _closed_by_peer(connection.sock):
@@ -121,7 +124,7 @@ def _taken(target: Target) -> _Connection:
 
 
 def _kept(target: Target, connection: _Connection) -> None:
-    key = target[:4]
+    key = target.connects_to
     with _idle_lock:
         idle = _idle.setdefault(key, [])
         _idle.move_to_end(key)

@@ -3,7 +3,6 @@ down or never answers gets probes, not one POST per event; its deliveries wait, 
 still die a day or so after their first failure."""
 
 import socket
-import socketserver
 import threading
 from datetime import timedelta
 
@@ -19,6 +18,7 @@ from jobtracking.services.deliveries import deliveries_record, record_attempt
 from jobtracking.webhooks import RETRY_WINDOW, Outcome
 from tests.factories import WebhookSubscriptionFactory
 from tests.jobtracking.test_webhooks import lane_round, make_job
+from tests.receivers import KeepAliveReceiver
 
 pytestmark = pytest.mark.django_db
 
@@ -142,45 +142,31 @@ def test_a_healthy_receiver_beside_a_down_one_gets_everything(receiver, httpserv
     assert not ReceiverHealth.objects.filter(pk=healthy.pk).exists()  # healthy: no write
 
 
-class _SlowReceiver(socketserver.ThreadingTCPServer):
+class _SlowReceiver(KeepAliveReceiver):
     """Holds each POST until `together` are in at once (or for half a second), then answers
     204; `most` is the most it held at once."""
 
-    daemon_threads = True
-
     def __init__(self, together: int) -> None:
-        super().__init__(("127.0.0.1", 0), _Held)
         self.together, self.held, self.most = together, 0, 0
         self.change = threading.Condition()
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        super().__init__()
 
-
-class _Held(socketserver.StreamRequestHandler):
-    def handle(self) -> None:
-        server = self.server
-        while self.rfile.readline():
-            length = 0
-            while (line := self.rfile.readline()) not in (b"\r\n", b""):
-                name, _, value = line.partition(b":")
-                length = int(value) if name.lower() == b"content-length" else length
-            self.rfile.read(length)
-            with server.change:
-                server.held += 1
-                server.most = max(server.most, server.held)
-                server.change.notify_all()
-                server.change.wait_for(lambda: server.held >= server.together, timeout=0.5)
-                server.held -= 1
-            self.wfile.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+    def hold(self) -> None:
+        with self.change:
+            self.held += 1
+            self.most = max(self.most, self.held)
+            self.change.notify_all()
+            self.change.wait_for(lambda: self.held >= self.together, timeout=0.5)
+            self.held -= 1
 
 
 @pytest.mark.parametrize(("concurrency", "most"), [(16, 6), (2, 2)])
 def test_a_slow_receivers_deliveries_go_at_once_up_to_the_concurrency(settings, concurrency, most):
     settings.WEBHOOK_CONCURRENCY, settings.WEBHOOK_READ_TIMEOUT = concurrency, 5
     with _SlowReceiver(together=6) as slow:
-        WebhookSubscriptionFactory(url=f"http://127.0.0.1:{slow.server_address[1]}/hooks")
+        WebhookSubscriptionFactory(url=f"http://127.0.0.1:{slow.port}/hooks")
         six_events()
         assert lane_round() == 6
-        slow.shutdown()
     assert WebhookDelivery.objects.filter(state="delivered").count() == 6
     assert slow.most == most
 
