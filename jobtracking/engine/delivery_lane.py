@@ -46,9 +46,7 @@ from jobtracking.webhooks import Outcome, Receiver, is_delivered, is_receiver_do
 
 logger = logging.getLogger(__name__)
 
-# A round's senders start one at a time, this far apart, while deliveries wait: a receiver that
-# answers at once is served by one or two (each more costs the lane's CPU, not its time), one
-# that answers slowly by up to `WEBHOOK_CONCURRENCY` within a few tens of milliseconds.
+# A round adds a sender when none of its POSTs has finished for this long (`_sent`).
 SENDER_RAMP_SECONDS = 0.005
 
 
@@ -78,7 +76,10 @@ def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
 
 def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> list[Outcome]:
     """Each delivery's outcome, POSTed by up to `WEBHOOK_CONCURRENCY` threads taking them in
-    turn (a future each cost the lane about as much CPU as its POST)."""
+    turn (a future each cost the lane about as much CPU as its POST). A sender is added only
+    while no POST has finished for `SENDER_RAMP_SECONDS`: a receiver that answers at once is
+    served by one sender (each more costs the lane's CPU in thread switches, not its time),
+    slow ones get up to all of them within a few tens of milliseconds."""
     waiting, outcomes = deque(enumerate(deliveries)), [None] * len(deliveries)
 
     def send_waiting() -> None:
@@ -89,9 +90,11 @@ def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> 
                 return
             outcomes[index] = send(delivery, receivers[delivery.subscription_id])
 
-    senders = []
+    senders, finished = [], None
     while waiting and len(senders) < settings.WEBHOOK_CONCURRENCY:
-        senders.append(_pool().submit(send_waiting))
+        finished_before, finished = finished, len(outcomes) - outcomes.count(None)
+        if finished == finished_before or not senders:
+            senders.append(_pool().submit(send_waiting))
         futures.wait(senders, timeout=SENDER_RAMP_SECONDS, return_when=futures.FIRST_COMPLETED)
     for sender in senders:
         sender.result()

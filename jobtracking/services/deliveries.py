@@ -213,14 +213,17 @@ def deliveries_record(attempts: list[tuple[WebhookDelivery, tuple, datetime | No
             setattr(after, name, value)
         recorded.append(after)
         logged.append(_attempt_row(delivery, outcome, now))
+    ids = [delivery.pk for delivery, _outcome, _held in attempts]
     with connection.cursor() as cursor:
         cursor.execute(
             _recorded_statement(),
             [
                 json_rows(logged, insert_fields(DeliveryAttempt)),
+                ids,
                 json_rows(recorded, _recorded_fields()),
-                [delivery.pk for delivery, _outcome, _held in attempts],
+                ids,
                 [delivery.attempts for delivery, _outcome, _held in attempts],
+                ids,
                 DeliveryState.PENDING,
             ],
         )
@@ -236,16 +239,23 @@ def _recorded_statement() -> str:
     fields = _recorded_fields()
     logged = insert_fields(DeliveryAttempt)
     delivery = quote(DeliveryAttempt._meta.get_field("delivery").column)
+    deliveries = table(WebhookDelivery)
     sets = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields[1:])
+    # The deliveries' rows are found by their ids (`id = ANY`), and the outcomes are joined to
+    # the attempt counts they were sent at before the UPDATE (a materialized CTE, which the
+    # planner counts right): otherwise, it scanned every pending delivery (a backlog's) or the
+    # whole table, and compared every outcome with every row.
     return (
         # Every POST is logged, a duplicate sender's too; a delivery deleted meanwhile is not.
         f"WITH logged AS (INSERT INTO {table(DeliveryAttempt)} ({columns(logged)}) "
         f"SELECT a.* FROM ({select_rows(DeliveryAttempt, logged)}) a "
-        f"WHERE EXISTS (SELECT 1 FROM {table(WebhookDelivery)} x WHERE x.id = a.{delivery})) "
-        f"UPDATE {table(WebhookDelivery)} d SET {sets} "
-        f"FROM ({select_rows(WebhookDelivery, fields)}) v "
-        "JOIN unnest(%s::bigint[], %s::bigint[]) p(id, attempts) ON p.id = v.id "
-        "WHERE d.id = v.id AND d.state = %s AND d.attempts = p.attempts"
+        f"WHERE a.{delivery} IN (SELECT id FROM {deliveries} WHERE id = ANY(%s::bigint[]))), "
+        f"v AS MATERIALIZED (SELECT t.*, p.attempts AS sent_at "
+        f"FROM ({select_rows(WebhookDelivery, fields)}) t "
+        "JOIN unnest(%s::bigint[], %s::bigint[]) p(id, attempts) ON p.id = t.id) "
+        f"UPDATE {deliveries} d SET {sets} FROM v "
+        "WHERE d.id = ANY(%s::bigint[]) AND d.id = v.id AND d.state = %s "
+        "AND d.attempts = v.sent_at"
     )
 
 

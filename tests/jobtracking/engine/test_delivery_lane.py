@@ -4,6 +4,7 @@ still die a day or so after their first failure."""
 
 import socket
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from werkzeug import Response
 
+from jobtracking.engine import delivery_lane
 from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import CircuitState, DeliveryAttempt, ReceiverHealth, WebhookDelivery
 from jobtracking.services.deliveries import deliveries_record, record_attempt
@@ -169,6 +171,25 @@ def test_a_slow_receivers_deliveries_go_at_once_up_to_the_concurrency(settings, 
         assert lane_round() == 6
     assert WebhookDelivery.objects.filter(state="delivered").count() == 6
     assert slow.most == most
+
+
+class _SteadyReceiver(KeepAliveReceiver):
+    """Answers each POST after 10 ms: a receiver that keeps up, one POST after another."""
+
+    def hold(self) -> None:
+        time.sleep(0.01)
+
+
+def test_a_receiver_that_keeps_up_is_served_by_one_sender(settings, monkeypatch):
+    # Thirty POSTs of 10 ms: a sender added every interval regardless would make four or five.
+    monkeypatch.setattr(delivery_lane, "SENDER_RAMP_SECONDS", 0.03)
+    with _SteadyReceiver() as steady:
+        WebhookSubscriptionFactory(url=f"http://127.0.0.1:{steady.port}/hooks")
+        for n in range(30):
+            make_job(file_id=f"f-{n}")
+        assert lane_round() == 30
+    assert WebhookDelivery.objects.filter(state="delivered").count() == 30
+    assert len(steady.connections) <= 2  # two if a stall held one sender past the interval
 
 
 def test_a_rounds_outcomes_are_recorded_as_one_at_a_time_with_the_compare_and_set(receiver):
