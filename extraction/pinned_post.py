@@ -2,28 +2,40 @@
 (`urlsafety.check_public_url`) whatever the name resolves to by the time of the call; the Host
 header, TLS SNI and the certificate check keep the name.
 
-Written on `http.client`: the delivery lane sends thousands of POSTs a minute, and urllib3's
-pool cost each one about twice the CPU (docs/performance.md). What the lane needed from it is
-here: a connect timeout apart from the read timeout, connections kept alive per receiver and
-dropped once the receiver has closed them, and no retry, proxy or redirect.
+Written on sockets, with httptools (llhttp, Node.js's HTTP parser) reading the answers: the
+delivery lane sends thousands of POSTs a minute, and `http.client` cost each about five times
+the CPU of the socket calls themselves, urllib3's pool twice that again (docs/performance.md).
+What the lane needs is here: a connect timeout apart from the answer's, connections kept alive
+per receiver and dropped once the receiver has closed them or an answer was not read to its
+end, and no retry, proxy or redirect.
 """
 
-import contextlib
 import functools
-import http.client
+import re
 import select
 import socket
 import ssl
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
 from typing import NamedTuple
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import certifi
+import httptools
 from django.conf import settings
 
 from extraction.urlsafety import check_public_url, port_of
+
+# The most of an answer's body read; a longer one is not read to its end (its connection is
+# dropped). Far more than any excerpt, far less than a receiver could send.
+ANSWER_BYTES = 64 * 1024
+# A status line and headers longer than this are not an answer.
+HEAD_BYTES = 64 * 1024
+# What a path and query may hold as they are (`requests` quotes the same way); the rest, spaces,
+# control and non-ASCII characters included, is percent-encoded.
+_PATH_SAFE = "!#$%&'()*+,/:;=?@[]~"
+_LINE_BREAK = re.compile(r"[\r\n\0]")
 
 
 class ConnectError(OSError):
@@ -34,15 +46,28 @@ class ConnectTimeout(ConnectError):
     """The receiver did not accept a connection, or finish the TLS handshake, in time."""
 
 
+class Disconnected(ConnectionResetError):
+    """The receiver closed the connection before its answer's headers."""
+
+
+class BadAnswer(Exception):
+    """The receiver's answer is not HTTP/1.1 (or asks to switch protocols)."""
+
+
+class Answer(NamedTuple):
+    status: int
+    body: bytes  # at most `ANSWER_BYTES` of it
+
+
 class Target(NamedTuple):
     """Where a checked URL's POSTs go."""
 
     scheme: str
-    host: str  # the name: the Host header, SNI and the certificate check
+    host: str  # the name: SNI and the certificate check
     port: int
     address: str | None  # what to connect to; None: the name (a host the settings allow)
-    path: str  # with the query
-    netloc: str
+    path: str  # with the query, percent-encoded
+    netloc: str  # the Host header, in ASCII (IDNA)
 
     @property
     def connects_to(self) -> tuple:
@@ -59,8 +84,8 @@ def checked_target(url: str) -> Target:
         parts.hostname,
         port_of(parts),
         addresses[0] if addresses else None,
-        urlunsplit(("", "", parts.path or "/", parts.query, "")),
-        parts.netloc,
+        quote(urlunsplit(("", "", parts.path or "/", parts.query, "")), safe=_PATH_SAFE),
+        parts.netloc.encode("idna").decode("ascii"),
     )
 
 
@@ -70,31 +95,35 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
-class _Connection(http.client.HTTPConnection):
+class _Connection:
     def __init__(self, target: Target) -> None:
-        super().__init__(target.address or target.host, target.port)
         self.target = target
-        self.connect_timeout: float | None = None
+        self.sock: socket.socket | None = None
 
-    def connect(self) -> None:
+    def open(self, timeout: float) -> None:
+        target = self.target
         try:
-            sock = socket.create_connection((self.host, self.port), self.connect_timeout)
+            sock = socket.create_connection((target.address or target.host, target.port), timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except TimeoutError as slow:
             raise ConnectTimeout() from slow
         except OSError as failure:
             raise ConnectError() from failure
         try:
-            if self.target.scheme == "https":
-                sock = tls_context().wrap_socket(sock, server_hostname=self.target.host)
+            if target.scheme == "https":
+                sock = tls_context().wrap_socket(sock, server_hostname=target.host)
         except TimeoutError as slow:
             sock.close()
             raise ConnectTimeout() from slow
         except BaseException:
             sock.close()
             raise
-        sock.settimeout(self.timeout)
         self.sock = sock
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
 
 
 # Idle kept-alive connections by (scheme, host, port, address), so that many POSTs to one
@@ -137,28 +166,99 @@ def _kept(target: Target, connection: _Connection) -> None:
         spare.close()
 
 
-@contextlib.contextmanager
-def posted(
+def _request(target: Target, body: bytes, headers: dict[str, str]) -> bytes:
+    fields = {
+        "Host": target.netloc,
+        "Accept-Encoding": "identity",  # an excerpt is read as text
+        **headers,
+        "Content-Length": str(len(body)),
+    }
+    if any(_LINE_BREAK.search(f"{name}{value}") for name, value in fields.items()):
+        raise ValueError("A header holds a line break.")
+    head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+    return f"POST {target.path} HTTP/1.1\r\n{head}\r\n".encode("ascii") + body
+
+
+class _Reading:
+    """httptools' callbacks for one answer: its status and the start of its body. Interim
+    answers (1xx) are skipped."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.status: int | None = None
+        self.body = bytearray()
+        self.complete = self.truncated = self.more = self.keep_alive = False
+
+    def on_message_begin(self) -> None:
+        self.more = self.complete  # bytes after the answer: no request asked for them
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()  # the parser forgets it once done
+
+    def on_body(self, chunk: bytes) -> None:
+        room = ANSWER_BYTES - len(self.body)
+        self.body += chunk[:room]
+        self.truncated = self.truncated or len(chunk) > room
+
+    def on_message_complete(self) -> None:
+        if self.status is not None and self.status < 200:
+            self.status = None
+        else:
+            self.complete = True
+
+    def feed(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as bad:
+            if not self.complete:
+                raise BadAnswer() from bad
+            self.more = True
+
+
+def _answer(sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
+    """The answer read from `sock` by `deadline`, and whether its connection may be reused (the
+    answer read to its end, and kept alive)."""
+    reading, head = _Reading(), 0
+    while not (reading.complete or reading.truncated):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError()
+        sock.settimeout(remaining)
+        data = sock.recv(65536)
+        if not data:
+            if reading.status is None:
+                raise Disconnected()
+            break  # a body that ends with the connection
+        if reading.status is None:
+            head += len(data)
+            if head > HEAD_BYTES:
+                raise BadAnswer()
+        reading.feed(data)
+    reusable = reading.complete and reading.keep_alive and not reading.more
+    return Answer(reading.status, bytes(reading.body)), reusable
+
+
+def post(
     target: Target, *, body: bytes, headers: dict[str, str], timeout: tuple[float, float]
-) -> Iterator[http.client.HTTPResponse]:
-    """POST to a checked target. The response's body is the caller's to read; its connection
-    is kept for the next POST only if the body was read to its end (a receiver streaming
-    without end cannot hold the lane). Failures raise `ConnectError`, `OSError` (timeouts and
-    TLS included) or `http.client.HTTPException`."""
+) -> Answer:
+    """POST to a checked target: the answer, read within the second timeout (the first is the
+    connection's). Failures raise `ConnectError`, `OSError` (timeouts, TLS and `Disconnected`
+    included) or `BadAnswer`."""
+    connect_timeout, read_timeout = timeout
     connection = _taken(target)
-    connection.connect_timeout, connection.timeout = timeout
-    if connection.sock is not None:
-        connection.sock.settimeout(connection.timeout)
     try:
-        connection.request("POST", target.path, body, {**headers, "Host": target.netloc})
-        response = connection.getresponse()
+        if connection.sock is None:
+            connection.open(connect_timeout)
+        deadline = time.monotonic() + read_timeout
+        connection.sock.settimeout(read_timeout)
+        connection.sock.sendall(_request(target, body, headers))
+        answer, reusable = _answer(connection.sock, deadline)
     except BaseException:
         connection.close()
         raise
-    try:
-        yield response
-    finally:
-        if response.isclosed() and not response.will_close:
-            _kept(target, connection)
-        else:
-            connection.close()
+    if reusable:
+        _kept(target, connection)
+    else:
+        connection.close()
+    return answer

@@ -10,7 +10,6 @@ import base64
 import errno
 import hashlib
 import hmac
-import http.client
 import socket
 import ssl
 import time
@@ -23,7 +22,8 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
-from extraction.pinned_post import ConnectError, ConnectTimeout, checked_target, posted
+from extraction import pinned_post
+from extraction.pinned_post import BadAnswer, ConnectError, ConnectTimeout, checked_target
 from extraction.urlsafety import UnsafeURLError
 from jobtracking.infra.ids import uuid7
 from jobtracking.models import (
@@ -97,14 +97,6 @@ def delivery_body(event: JobEvent) -> bytes:
     return _message(event.type, event.created_at, event.payload)
 
 
-def _excerpt(response: http.client.HTTPResponse) -> str:
-    try:
-        chunk = response.read(EXCERPT_BYTES)
-    except (http.client.HTTPException, OSError):
-        chunk = b""
-    return chunk[:EXCERPT_BYTES].decode("utf-8", "replace")
-
-
 def delivery_headers(message_id: str, timestamp: str, signature: str) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
@@ -138,14 +130,14 @@ class Receiver:
         attempted_at, started = timezone.now(), time.monotonic()
         try:
             if self.target is not None:
-                with posted(
+                status, answered = pinned_post.post(
                     self.target,
                     body=body,
                     headers=headers,
                     timeout=(settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT),
-                ) as response:
-                    status, excerpt = response.status, _excerpt(response)
-        except (http.client.HTTPException, OSError) as failure:
+                )
+                excerpt = answered[:EXCERPT_BYTES].decode("utf-8", "replace")
+        except (BadAnswer, OSError) as failure:
             error = describe_failure(failure, self.url)
         if status is not None and not is_delivered(status):
             error = f"HTTP {status} from {receiver_address(self.url)}"
@@ -191,10 +183,10 @@ def describe_failure(failure: Exception, url: str) -> str:
         return f"ReadTimeout: {where} did not answer in {settings.WEBHOOK_READ_TIMEOUT:g} s"
     if isinstance(failure, ssl.SSLError):
         return f"TLSError: {where}: {_tls_reason(failure)}"
-    if isinstance(failure, ConnectionError):  # RemoteDisconnected too
+    if isinstance(failure, ConnectionError):  # Disconnected too
         return f"ConnectionClosed: {where} closed the connection ({type(failure).__name__})"
-    if isinstance(failure, http.client.HTTPException):
-        return f"BadAnswer: {where} did not answer in HTTP/1.1 ({type(failure).__name__})"
+    if isinstance(failure, BadAnswer):
+        return f"BadAnswer: {where} did not answer in HTTP/1.1"
     return f"{type(failure).__name__}: {where}: {_os_reason(failure)}"
 
 

@@ -4,12 +4,13 @@ authority's certificates."""
 
 import socket
 import ssl
+import time
 
 import pytest
 import trustme
 
 from extraction import pinned_post
-from extraction.pinned_post import checked_target, posted
+from extraction.pinned_post import ANSWER_BYTES, BadAnswer, Disconnected, checked_target
 from tests.receivers import KeepAliveReceiver
 
 TIMEOUT = (2.0, 2.0)
@@ -22,9 +23,12 @@ def receiver():
 
 
 def post(url: str) -> int:
-    with posted(checked_target(url), body=b"{}", headers={}, timeout=TIMEOUT) as response:
-        response.read()
-        return response.status
+    return answer(url).status
+
+
+def answer(url: str, headers: dict | None = None) -> pinned_post.Answer:
+    target = checked_target(url)
+    return pinned_post.post(target, body=b"{}", headers=headers or {}, timeout=TIMEOUT)
 
 
 def test_posts_to_a_receiver_share_a_kept_alive_connection(settings, receiver):
@@ -83,3 +87,124 @@ def test_a_certificate_for_another_name_is_refused(named_loopback, monkeypatch):
         with pytest.raises(ssl.SSLCertVerificationError) as refused:
             post(f"https://hooks.test:{server.port}/hooks")
         assert "hooks.test" in refused.value.verify_message
+
+
+class _Scripted(KeepAliveReceiver):
+    """Gives each POST the next of `answers` (None: closes the connection instead; an answer
+    ending in `CLOSE`: closes it after the answer); `pause` seconds between the bytes of each."""
+
+    def __init__(self, *answers: bytes | None, pause: float = 0) -> None:
+        self.answers, self.pause = list(answers), pause
+        super().__init__()
+
+    def answer(self) -> bytes | None:
+        answer = self.answers.pop(0)
+        if answer is None or not (self.pause or answer.endswith(CLOSE)):
+            return answer
+        for byte in answer.removesuffix(CLOSE):
+            self.connections[-1].sendall(bytes([byte]))
+            time.sleep(self.pause)
+        return None if answer.endswith(CLOSE) else b""
+
+
+CLOSE = b"<close>"
+
+
+@pytest.fixture
+def loopback(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+
+
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+
+def test_a_chunked_answer_is_read_to_its_end_and_its_connection_kept(loopback):
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nfoo\r\n3\r\nbar\r\n0\r\n\r\n"
+    )
+    with _Scripted(chunked, NO_CONTENT) as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        assert answer(url) == (200, b"foobar")
+        assert answer(url) == (204, b"")
+    assert len(receiver.connections) == 1
+
+
+def test_interim_answers_are_skipped(loopback):
+    hints = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+    with _Scripted(hints + b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok") as receiver:
+        assert answer(f"http://127.0.0.1:{receiver.port}/hooks") == (202, b"ok")
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+        % (4 * ANSWER_BYTES, b"x" * 4 * ANSWER_BYTES),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n",
+    ],
+    ids=["connection close", "HTTP/1.0", "body far past the limit", "bytes past the answer"],
+)
+def test_a_connection_is_not_reused_unless_its_answer_ended_and_kept_it(loopback, first):
+    with _Scripted(first, NO_CONTENT) as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        status, body = answer(url)
+        assert status == 200 and body[:2] in (b"ok", b"xx") and len(body) <= ANSWER_BYTES
+        assert answer(url) == (204, b"")
+    assert len(receiver.connections) == 2
+
+
+def test_a_body_that_ends_with_the_connection_is_an_answer(loopback):
+    with _Scripted(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nthanks" + CLOSE) as receiver:
+        assert answer(f"http://127.0.0.1:{receiver.port}/hooks") == (200, b"thanks")
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        ((None,), Disconnected),
+        ((b"SSH-2.0-OpenSSH_9.6\r\n\r\n",), BadAnswer),
+        ((b"HTTP/1.1 2x0 OK\r\n\r\n",), BadAnswer),
+        (
+            (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",),
+            BadAnswer,
+        ),
+        (
+            (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * pinned_post.HEAD_BYTES + b"\r\n\r\n",),
+            BadAnswer,
+        ),
+    ],
+    ids=["closed", "not HTTP", "bad status", "upgrade", "endless headers"],
+)
+def test_no_answer_or_one_not_in_http_fails_and_drops_the_connection(loopback, script, error):
+    with _Scripted(*script, NO_CONTENT) as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        with pytest.raises(error):
+            answer(url)
+        assert post(url) == 204
+    assert len(receiver.connections) == 2
+
+
+def test_an_answer_trickling_past_the_read_timeout_times_out(loopback, monkeypatch):
+    # Each byte within the timeout: only a deadline for the whole answer stops it.
+    with _Scripted(NO_CONTENT, pause=0.05) as receiver:
+        target = checked_target(f"http://127.0.0.1:{receiver.port}/hooks")
+        with pytest.raises(TimeoutError):
+            pinned_post.post(target, body=b"{}", headers={}, timeout=(2.0, 0.5))
+
+
+def test_the_path_is_percent_encoded_and_a_header_cannot_break_the_request(loopback):
+    with KeepAliveReceiver() as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks/é n?q=a b&t=%2F"
+        assert post(url) == 204
+        with pytest.raises(ValueError):
+            answer(url, {"webhook-id": "m\r\nX-Injected: 1"})
+    request_line = receiver.heads[0].split(b"\r\n")[0]
+    assert request_line == b"POST /hooks/%C3%A9%20n?q=a%20b&t=%2F HTTP/1.1"
+    assert len(receiver.heads) == 1
+
+
+def test_a_host_name_goes_in_ascii(settings):
+    settings.OUTBOUND_ALLOWED_HOSTS = ["bücher.example"]
+    assert checked_target("https://bücher.example:8443/h").netloc == "xn--bcher-kva.example:8443"

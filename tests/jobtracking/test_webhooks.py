@@ -1,7 +1,6 @@
 """Webhooks to a local receiver that verifies signatures with the `standardwebhooks` package."""
 
 import errno
-import http.client
 import json
 import socket
 import ssl
@@ -16,7 +15,7 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
 
-from extraction.pinned_post import ConnectError, ConnectTimeout
+from extraction.pinned_post import BadAnswer, ConnectError, ConnectTimeout, Disconnected
 from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import DeliveryAttempt, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
@@ -463,12 +462,12 @@ def test_a_refused_connection_names_its_cause_and_host_but_not_the_query(setting
             "ConnectionClosed: hooks.example:443 closed the connection (ConnectionResetError)",
         ),
         (
-            http.client.RemoteDisconnected("Remote end closed connection without response"),
-            "ConnectionClosed: hooks.example:443 closed the connection (RemoteDisconnected)",
+            Disconnected(),
+            "ConnectionClosed: hooks.example:443 closed the connection (Disconnected)",
         ),
         (
-            http.client.BadStatusLine("HTTP/9 10.0.0.7 /hooks?token=s3cret"),
-            "BadAnswer: hooks.example:443 did not answer in HTTP/1.1 (BadStatusLine)",
+            BadAnswer("HTTP/9 10.0.0.7 /hooks?token=s3cret"),
+            "BadAnswer: hooks.example:443 did not answer in HTTP/1.1",
         ),
     ],
 )

@@ -153,13 +153,14 @@ class _SlowReceiver(KeepAliveReceiver):
         self.change = threading.Condition()
         super().__init__()
 
-    def hold(self) -> None:
+    def answer(self) -> bytes | None:
         with self.change:
             self.held += 1
             self.most = max(self.most, self.held)
             self.change.notify_all()
             self.change.wait_for(lambda: self.held >= self.together, timeout=0.5)
             self.held -= 1
+        return super().answer()
 
 
 @pytest.mark.parametrize(("concurrency", "most"), [(16, 6), (2, 2)])
@@ -176,8 +177,9 @@ def test_a_slow_receivers_deliveries_go_at_once_up_to_the_concurrency(settings, 
 class _SteadyReceiver(KeepAliveReceiver):
     """Answers each POST after 10 ms: a receiver that keeps up, one POST after another."""
 
-    def hold(self) -> None:
+    def answer(self) -> bytes | None:
         time.sleep(0.01)
+        return super().answer()
 
 
 def test_a_receiver_that_keeps_up_is_served_by_one_sender(settings, monkeypatch):
