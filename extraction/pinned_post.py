@@ -25,7 +25,7 @@ import certifi
 import httptools
 from django.conf import settings
 
-from extraction.urlsafety import check_public_url, port_of
+from extraction.urlsafety import UnsafeURLError, check_public_url, port_of
 
 # The most of an answer's body read; a longer one is not read to its end (its connection is
 # dropped). Far more than any excerpt, far less than a receiver could send.
@@ -85,8 +85,18 @@ def checked_target(url: str) -> Target:
         port_of(parts),
         addresses[0] if addresses else None,
         quote(urlunsplit(("", "", parts.path or "/", parts.query, "")), safe=_PATH_SAFE),
-        parts.netloc.encode("idna").decode("ascii"),
+        _ascii(parts.netloc),
     )
+
+
+def _ascii(netloc: str) -> str:
+    """A Host header's value: an international name in its IDNA form."""
+    if netloc.isascii():
+        return netloc
+    try:
+        return netloc.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise UnsafeURLError("The host name cannot be written in ASCII.") from None
 
 
 @functools.cache

@@ -11,6 +11,7 @@ import trustme
 
 from extraction import pinned_post
 from extraction.pinned_post import ANSWER_BYTES, BadAnswer, Disconnected, checked_target
+from extraction.urlsafety import UnsafeURLError
 from tests.receivers import KeepAliveReceiver
 
 TIMEOUT = (2.0, 2.0)
@@ -205,6 +206,8 @@ def test_the_path_is_percent_encoded_and_a_header_cannot_break_the_request(loopb
     assert len(receiver.heads) == 1
 
 
-def test_a_host_name_goes_in_ascii(settings):
-    settings.OUTBOUND_ALLOWED_HOSTS = ["bücher.example"]
+def test_a_host_name_goes_in_ascii_or_not_at_all(settings):
+    settings.OUTBOUND_ALLOWED_HOSTS = ["bücher.example", "ü" * 64 + ".example"]
     assert checked_target("https://bücher.example:8443/h").netloc == "xn--bcher-kva.example:8443"
+    with pytest.raises(UnsafeURLError):
+        checked_target(f"https://{'ü' * 64}.example/h")  # a label too long for IDNA
