@@ -79,6 +79,8 @@ def checked_target(url: str) -> Target:
     """Where `url`'s POSTs go, once the guard approved it (else `UnsafeURLError`)."""
     addresses = check_public_url(url)
     parts = urlsplit(url)
+    if _LINE_BREAK.search(parts.netloc):  # an IPv6 zone may hold anything
+        raise UnsafeURLError("The URL's host holds a control character.")
     return Target(
         parts.scheme,
         parts.hostname,
@@ -189,9 +191,13 @@ def _request(target: Target, body: bytes, headers: dict[str, str]) -> bytes:
     return f"POST {target.path} HTTP/1.1\r\n{head}\r\n".encode("ascii") + body
 
 
+class _PastTheAnswer(Exception):
+    """Bytes after the answer: the parser stops there, keeping the answer as it was."""
+
+
 class _Reading:
     """httptools' callbacks for one answer: its status and the start of its body. Interim
-    answers (1xx) are skipped."""
+    answers (1xx) are skipped; an answer that is not HTTP/1.x is a `BadAnswer`."""
 
     def __init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
@@ -200,10 +206,14 @@ class _Reading:
         self.complete = self.truncated = self.more = self.keep_alive = False
 
     def on_message_begin(self) -> None:
-        self.more = self.complete  # bytes after the answer: no request asked for them
+        if self.complete:  # no request asked for another
+            self.more = True
+            raise _PastTheAnswer()
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        if self.status < 100 or self.parser.get_http_version() not in ("1.0", "1.1"):
+            raise BadAnswer()
         self.keep_alive = self.parser.should_keep_alive()  # the parser forgets it once done
 
     def on_body(self, chunk: bytes) -> None:
@@ -212,7 +222,7 @@ class _Reading:
         self.truncated = self.truncated or len(chunk) > room
 
     def on_message_complete(self) -> None:
-        if self.status is not None and self.status < 200:
+        if self.status is not None and 100 <= self.status < 200:
             self.status = None
         else:
             self.complete = True
@@ -229,7 +239,7 @@ class _Reading:
 def _answer(sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
     """The answer read from `sock` by `deadline`, and whether its connection may be reused (the
     answer read to its end, and kept alive)."""
-    reading, head = _Reading(), 0
+    reading, received = _Reading(), 0
     while not (reading.complete or reading.truncated):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -240,11 +250,12 @@ def _answer(sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
             if reading.status is None:
                 raise Disconnected()
             break  # a body that ends with the connection
-        if reading.status is None:
-            head += len(data)
-            if head > HEAD_BYTES:
-                raise BadAnswer()
+        received += len(data)
+        if reading.status is None and received > HEAD_BYTES:
+            raise BadAnswer()
         reading.feed(data)
+        if received > HEAD_BYTES + ANSWER_BYTES:
+            break  # chunk extensions or trailers without end: neither head nor body
     reusable = reading.complete and reading.keep_alive and not reading.more
     return Answer(reading.status, bytes(reading.body)), reusable
 

@@ -167,6 +167,8 @@ def test_a_body_that_ends_with_the_connection_is_an_answer(loopback):
         ((None,), Disconnected),
         ((b"SSH-2.0-OpenSSH_9.6\r\n\r\n",), BadAnswer),
         ((b"HTTP/1.1 2x0 OK\r\n\r\n",), BadAnswer),
+        ((b"HTTP/1.1 099 Odd\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",), BadAnswer),
+        ((b"HTTP/2.0 204 No Content\r\n\r\n",), BadAnswer),
         (
             (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",),
             BadAnswer,
@@ -176,7 +178,15 @@ def test_a_body_that_ends_with_the_connection_is_an_answer(loopback):
             BadAnswer,
         ),
     ],
-    ids=["closed", "not HTTP", "bad status", "upgrade", "endless headers"],
+    ids=[
+        "closed",
+        "not HTTP",
+        "bad status",
+        "status under 100",
+        "HTTP/2",
+        "upgrade",
+        "endless headers",
+    ],
 )
 def test_no_answer_or_one_not_in_http_fails_and_drops_the_connection(loopback, script, error):
     with _Scripted(*script, NO_CONTENT) as receiver:
@@ -211,3 +221,35 @@ def test_a_host_name_goes_in_ascii_or_not_at_all(settings):
     assert checked_target("https://bücher.example:8443/h").netloc == "xn--bcher-kva.example:8443"
     with pytest.raises(UnsafeURLError):
         checked_target(f"https://{'ü' * 64}.example/h")  # a label too long for IDNA
+
+
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [
+        (NO_CONTENT + b"HTTP/1.1 103 Early Hints\r\n\r\n", (204, b"")),
+        (b"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\noops" + NO_CONTENT, (500, b"oops")),
+    ],
+    ids=["an interim answer after", "a success after a failure"],
+)
+def test_what_follows_the_answer_does_not_change_it(loopback, script, said):
+    with _Scripted(script, NO_CONTENT) as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        assert answer(url) == said
+        assert post(url) == 204
+    assert len(receiver.connections) == 2
+
+
+def test_an_endless_chunk_extension_is_not_read_to_the_timeout(loopback):
+    endless = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;" + b"a" * 4 * ANSWER_BYTES
+    with _Scripted(endless, NO_CONTENT) as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        started = time.monotonic()
+        assert answer(url).status == 200
+        assert time.monotonic() - started < TIMEOUT[1] / 2
+        assert post(url) == 204
+    assert len(receiver.connections) == 2
+
+
+def test_a_host_with_a_control_character_is_refused():
+    with pytest.raises(UnsafeURLError):
+        checked_target("http://[2001:4860:4860::8888%\x00]/hooks")  # an IPv6 zone
