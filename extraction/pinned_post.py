@@ -211,9 +211,10 @@ class _Reading:
             raise _PastTheAnswer()
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        if self.status < 100 or self.parser.get_http_version() not in ("1.0", "1.1"):
+        status = self.parser.get_status_code()
+        if status < 100 or self.parser.get_http_version() not in ("1.0", "1.1"):
             raise BadAnswer()
+        self.status = status
         self.keep_alive = self.parser.should_keep_alive()  # the parser forgets it once done
 
     def on_body(self, chunk: bytes) -> None:
@@ -238,8 +239,21 @@ class _Reading:
 
 def _answer(sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
     """The answer read from `sock` by `deadline`, and whether its connection may be reused (the
-    answer read to its end, and kept alive)."""
-    reading, received = _Reading(), 0
+    answer read to its end, and kept alive). Once its status is in, the receiver has answered:
+    a body that fails or does not end in time leaves the answer as it came."""
+    reading = _Reading()
+    try:
+        _read(sock, deadline, reading)
+    except (OSError, BadAnswer):
+        if reading.status is None:
+            raise
+        return Answer(reading.status, bytes(reading.body)), False
+    reusable = reading.complete and reading.keep_alive and not reading.more
+    return Answer(reading.status, bytes(reading.body)), reusable
+
+
+def _read(sock: socket.socket, deadline: float, reading: _Reading) -> None:
+    received = 0
     while not (reading.complete or reading.truncated):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -249,15 +263,13 @@ def _answer(sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
         if not data:
             if reading.status is None:
                 raise Disconnected()
-            break  # a body that ends with the connection
+            return  # a body that ends with the connection
         received += len(data)
         if reading.status is None and received > HEAD_BYTES:
             raise BadAnswer()
         reading.feed(data)
         if received > HEAD_BYTES + ANSWER_BYTES:
-            break  # chunk extensions or trailers without end: neither head nor body
-    reusable = reading.complete and reading.keep_alive and not reading.more
-    return Answer(reading.status, bytes(reading.body)), reusable
+            return  # chunk extensions or trailers without end: neither head nor body
 
 
 def post(

@@ -76,10 +76,10 @@ def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
 
 def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> list[Outcome]:
     """Each delivery's outcome, POSTed by up to `WEBHOOK_CONCURRENCY` threads taking them in
-    turn (a future each cost the lane about as much CPU as its POST). A sender is added only
-    while no POST has finished for `SENDER_RAMP_SECONDS`: a receiver that answers at once is
-    served by one sender (each more costs the lane's CPU in thread switches, not its time),
-    slow ones get up to all of them within a few tens of milliseconds."""
+    turn (a future each cost the lane about as much CPU as its POST). Another sender is added
+    only when no POST has finished in the last `SENDER_RAMP_SECONDS`: a receiver that answers
+    at once is served by one sender (each more costs the lane's CPU in thread switches, not its
+    time), slow ones get up to all of them within a few tens of milliseconds."""
     waiting, outcomes = deque(enumerate(deliveries)), [None] * len(deliveries)
 
     def send_waiting() -> None:

@@ -253,3 +253,13 @@ def test_an_endless_chunk_extension_is_not_read_to_the_timeout(loopback):
 def test_a_host_with_a_control_character_is_refused():
     with pytest.raises(UnsafeURLError):
         checked_target("http://[2001:4860:4860::8888%\x00]/hooks")  # an IPv6 zone
+
+
+def test_a_body_that_stalls_leaves_the_answer_as_it_came(loopback):
+    stalled = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial"
+    with _Scripted(stalled, NO_CONTENT) as receiver:
+        target = checked_target(f"http://127.0.0.1:{receiver.port}/hooks")
+        said = pinned_post.post(target, body=b"{}", headers={}, timeout=(2.0, 0.3))
+        assert said == (200, b"partial")
+        assert post(f"http://127.0.0.1:{receiver.port}/hooks") == 204
+    assert len(receiver.connections) == 2
