@@ -35,7 +35,8 @@ HEAD_BYTES = 64 * 1024
 # What a path and query may hold as they are (`requests` quotes the same way); the rest, spaces,
 # control and non-ASCII characters included, is percent-encoded.
 _PATH_SAFE = "!#$%&'()*+,/:;=?@[]~"
-_LINE_BREAK = re.compile(r"[\r\n\0]")
+# What would end a request's line early: line breaks, and NUL.
+_NOT_IN_A_HEADER = re.compile(r"[\r\n\0]")
 
 
 class ConnectError(OSError):
@@ -51,7 +52,7 @@ class Disconnected(ConnectionResetError):
 
 
 class BadAnswer(Exception):
-    """The receiver's answer is not HTTP/1.1 (or asks to switch protocols)."""
+    """The receiver's answer is not HTTP/1.x (or asks to switch protocols)."""
 
 
 class Answer(NamedTuple):
@@ -79,7 +80,7 @@ def checked_target(url: str) -> Target:
     """Where `url`'s POSTs go, once the guard approved it (else `UnsafeURLError`)."""
     addresses = check_public_url(url)
     parts = urlsplit(url)
-    if _LINE_BREAK.search(parts.netloc):  # an IPv6 zone may hold anything
+    if _NOT_IN_A_HEADER.search(parts.netloc):  # an IPv6 zone may hold anything
         raise UnsafeURLError("The URL's host holds a control character.")
     return Target(
         parts.scheme,
@@ -185,7 +186,7 @@ def _request(target: Target, body: bytes, headers: dict[str, str]) -> bytes:
         **headers,
         "Content-Length": str(len(body)),
     }
-    if any(_LINE_BREAK.search(f"{name}{value}") for name, value in fields.items()):
+    if any(_NOT_IN_A_HEADER.search(f"{name}{value}") for name, value in fields.items()):
         raise ValueError("A header holds a line break.")
     head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
     return f"POST {target.path} HTTP/1.1\r\n{head}\r\n".encode("ascii") + body

@@ -90,12 +90,12 @@ def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> 
                 return
             outcomes[index] = send(delivery, receivers[delivery.subscription_id])
 
-    senders, finished = [], None
+    senders, finished = [_pool().submit(send_waiting)], 0
     while waiting and len(senders) < settings.WEBHOOK_CONCURRENCY:
-        finished_before, finished = finished, len(outcomes) - outcomes.count(None)
-        if finished == finished_before or not senders:
-            senders.append(_pool().submit(send_waiting))
         futures.wait(senders, timeout=SENDER_RAMP_SECONDS, return_when=futures.FIRST_COMPLETED)
+        finished_before, finished = finished, len(outcomes) - outcomes.count(None)
+        if waiting and finished == finished_before:
+            senders.append(_pool().submit(send_waiting))
     for sender in senders:
         sender.result()
     return outcomes
