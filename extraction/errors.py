@@ -12,6 +12,11 @@ class ErrorCode(models.TextChoices):
     EXTERNAL_JOB_LOST = "external_job_lost", "The extractor no longer knows the job"
     EXTRACTION_FAILED = "extraction_failed", "The extractor could not extract the document"
     INVALID_RESPONSE = "invalid_response", "The extractor sent a response we cannot read"
+    INVALID_EXTRACTOR_ANSWER = (
+        "invalid_extractor_answer",
+        "The extractor's answer for this job could not be recorded",
+    )
+    INVALID_RESULT = "invalid_result", "The extractor's result could not be stored"
     DEADLINE_EXCEEDED = "deadline_exceeded", "The job's deadline passed"
     SOURCE_UNAVAILABLE = "source_unavailable", "The file to extract could not be read"
 

@@ -394,6 +394,13 @@ class ExtractionResult(models.Model):
     page_count = models.PositiveIntegerField(null=True, blank=True)
     model_version = models.CharField(max_length=200, blank=True)
     received_at = models.DateTimeField(default=timezone.now)
+    # When the extractor's JSON held what cannot be stored (`jobtracking.infra.storable`): what
+    # was changed in `payload`, and the answer's bytes as sent, with their digest.
+    made_safe = models.JSONField(default=list, blank=True)
+    original_file = models.FileField(
+        upload_to="results/originals/%Y/%m/%d/", max_length=300, blank=True
+    )
+    original_sha256 = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["job", "-attempt"]
@@ -677,11 +684,12 @@ class Circuit(models.Model):
     since = models.DateTimeField(default=timezone.now, help_text="When the state began.")
     failures = models.PositiveIntegerField(
         default=0,
-        help_text="Transient failures in a row, of different jobs or events, with no success "
-        "between them.",
+        help_text="Transient failures in a row, of different origins (jobs, clients' sources, "
+        "events), with no success between them.",
     )
-    # Whose call failed last: one job retrying alone is a fault of that job, not an outage.
-    last_failed_key = models.CharField(max_length=64, blank=True)
+    # Whose calls failed since the last success: one origin failing again and again is a fault
+    # of that origin (a job, a client's source), not an outage.
+    failed_origins = models.JSONField(default=list, blank=True)
     probes = models.PositiveIntegerField(default=0, help_text="Probes sent since it opened.")
     probe_at = models.DateTimeField(
         null=True,

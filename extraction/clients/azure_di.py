@@ -19,6 +19,7 @@ from extraction.clients.base import (
     Submission,
     SubmitRequest,
     describe,
+    percent,
 )
 from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
 from extraction.redaction import redact_text
@@ -135,12 +136,11 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
         inner = error.get("innererror") if isinstance(error.get("innererror"), dict) else {}
         output = None
         if status is RemoteStatus.SUCCEEDED and isinstance(body.get("analyzeResult"), dict):
-            output = self._output(body["analyzeResult"])
-        percent = body.get("percentCompleted")
+            output = self._output(body["analyzeResult"], response.body)
         return PollResult(
             status=status,
             raw_status=raw_status,
-            progress=int(percent) if isinstance(percent, int | float) else None,
+            progress=percent(body.get("percentCompleted")),
             # The inner error names the precise cause (e.g. InvalidContent under InvalidRequest).
             error_code=redact_text(str(inner.get("code") or error.get("code") or ""))[:100],
             error_message=redact_text(str(inner.get("message") or error.get("message") or ""))[
@@ -160,7 +160,7 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
         return result.output
 
     @staticmethod
-    def _output(analyze_result: dict[str, Any]) -> ExtractionOutput:
+    def _output(analyze_result: dict[str, Any], raw: bytes) -> ExtractionOutput:
         pages = analyze_result.get("pages")
         version = "/".join(
             str(analyze_result[key]) for key in ("modelId", "apiVersion") if analyze_result.get(key)
@@ -169,6 +169,7 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
             payload=analyze_result,
             page_count=len(pages) if isinstance(pages, list) else None,
             model_version=version,
+            raw=raw,
         )
 
     def check_connection(self) -> str:

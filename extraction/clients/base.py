@@ -7,6 +7,7 @@ has connect and read timeouts and a bounded response size, and no message ever h
 import email.utils
 import enum
 import json
+import math
 import re
 import time
 from abc import ABC, abstractmethod
@@ -80,6 +81,9 @@ class ExtractionOutput:
     payload: dict[str, Any]
     page_count: int | None = None
     model_version: str = ""
+    # The answer's bytes as the extractor sent them (kept verbatim when the payload must be
+    # made safe to store).
+    raw: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,12 @@ class Response:
     def json(self, where: str) -> Any:
         try:
             return json.loads(self.body)
+        except RecursionError:
+            raise PermanentExtractorError(
+                f"{where}: answered HTTP {self.status_code} with JSON nested too deeply to read",
+                code=ErrorCode.INVALID_RESPONSE,
+                http_status=self.status_code,
+            ) from None
         except ValueError:
             raise TransientExtractorError(
                 f"{where}: answered HTTP {self.status_code} with a body that is not JSON "
@@ -244,7 +254,7 @@ class Response:
         """(code, message) from a JSON error body of either protocol, else from the text."""
         try:
             data = json.loads(self.body)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict):
@@ -267,6 +277,13 @@ class Response:
         raise PermanentExtractorError(
             message, code=code, http_status=status, remote_code=remote_code
         )
+
+
+def percent(value: Any) -> int | None:
+    """A progress figure from an answer: a finite number, as a whole percentage from 0 to 100."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return int(max(0, min(100, value)))
 
 
 def new_session(pool_size: int) -> requests.Session:

@@ -15,6 +15,7 @@ from extraction.clients.base import (
     Submission,
     SubmitRequest,
     describe,
+    percent,
 )
 from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
 from extraction.redaction import redact_text
@@ -77,11 +78,10 @@ class HttpAsyncClient(ExtractorClient):
         response, body = self.get_json(poll_url)
         raw_status = str(body.get("status", ""))
         error = body.get("error") if isinstance(body.get("error"), dict) else {}
-        progress = body.get("progress")
         return PollResult(
             status=STATUS_WORDS.get(raw_status.lower(), RemoteStatus.UNKNOWN),
             raw_status=raw_status,
-            progress=int(progress) if isinstance(progress, int | float) else None,
+            progress=percent(body.get("progress")),
             error_code=redact_text(str(error.get("code", "")))[:100],
             error_message=redact_text(str(error.get("message", "")))[:1000],
             retry_after=response.retry_after,
@@ -89,12 +89,13 @@ class HttpAsyncClient(ExtractorClient):
         )
 
     def fetch_result(self, poll_url: str) -> ExtractionOutput:
-        _, payload = self.get_json(poll_url + "/result")
+        response, payload = self.get_json(poll_url + "/result")
         pages = payload.get("pages")
         return ExtractionOutput(
             payload=payload,
             page_count=len(pages) if isinstance(pages, list) else None,
             model_version=str(payload.get("model", ""))[:200],
+            raw=response.body,
         )
 
     def check_connection(self) -> str:

@@ -26,6 +26,7 @@ from extraction.clients.base import (
     ExtractorClient,
     PollResult,
     RemoteStatus,
+    Submission,
     SubmitRequest,
     client_text,
 )
@@ -35,13 +36,13 @@ from extraction.errors import (
     PermanentExtractorError,
     TransientExtractorError,
 )
-from extraction.models import Extractor
 from extraction.registry import get_client
 from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking import states
 from jobtracking.engine.schedule import next_delay
 from jobtracking.errors import JobMovedOnError
 from jobtracking.infra.logs import job_log_context
+from jobtracking.infra.storable import TooDeepError, safe_text, text_problem
 from jobtracking.models import ExtractionJob, ExtractorHealth
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
 from jobtracking.services.batch_completion import batches_complete_due
@@ -77,14 +78,54 @@ class Call:
 
 
 def _call_at(at: datetime, action: Callable[[], Any]) -> Call:
-    """Wait for the call's rate slot, then make it."""
+    """Wait for the call's rate slot, then make it. Whatever goes wrong in it is this call's
+    outcome, never its batch's: an exception we did not expect is an answer we cannot use."""
     wait = (at - timezone.now()).total_seconds()
     if wait > 0:
         time.sleep(wait)
     try:
-        return Call(value=action())
-    except (ExtractorError, OSError) as error:
+        return Call(value=_storable_answer(action()))
+    except ExtractorError as error:
+        return Call(error=_storable_error(error))
+    except OSError as error:
         return Call(error=error)
+    except Exception as error:
+        logger.exception("extractor call failed unexpectedly")
+        return Call(error=_invalid_answer(f"{type(error).__name__} while reading its answer"))
+
+
+def _invalid_answer(why: str) -> PermanentExtractorError:
+    return PermanentExtractorError(
+        f"The extractor's answer cannot be used: {why}", code=ErrorCode.INVALID_EXTRACTOR_ANSWER
+    )
+
+
+def _storable_answer(value: Any) -> Any:
+    """An extractor's answer as it may be recorded (`jobtracking.infra.storable`): what we act on
+    again (its job id, its poll location, its status word) must be storable as sent, else the
+    answer is this job's failure (`invalid_extractor_answer`); its free text is made safe. A
+    result is made safe with its output (`Result.from_output`)."""
+    if isinstance(value, Submission):
+        if text_problem(value.external_id + value.poll_url):
+            raise _invalid_answer("its job id or location holds characters we cannot store")
+        return dataclasses.replace(value, request_id=safe_text(value.request_id))
+    if isinstance(value, PollResult):
+        if text_problem(value.raw_status):
+            raise _invalid_answer("its status word holds characters we cannot store")
+        return dataclasses.replace(
+            value,
+            error_code=safe_text(value.error_code),
+            error_message=safe_text(value.error_message),
+            request_id=safe_text(value.request_id),
+        )
+    return value
+
+
+def _storable_error(error: ExtractorError) -> ExtractorError:
+    error.message = safe_text(error.message)
+    if isinstance(error, PermanentExtractorError):
+        error.remote_code = safe_text(error.remote_code)
+    return error
 
 
 def process_jobs(job_ids: list[str]) -> None:
@@ -109,18 +150,30 @@ def process_jobs(job_ids: list[str]) -> None:
     submitted = [(p.job, call.result()) for p, call in zip(started.submits, submits, strict=True)]
     polled = [(p.job, call.result()) for p, call in zip(started.polls, polls, strict=True)]
     fetched = _fetch_results(pool, polled)
-    calls = submitted + polled + [(job, fetched[job.pk]) for job, _ in polled if job.pk in fetched]
+    calls = [(_submit_origin(job), job, call) for job, call in submitted]
+    calls += [(str(job.pk), job, call) for job, call in polled]
+    calls += [(str(job.pk), job, fetched[job.pk]) for job, _ in polled if job.pk in fetched]
     holding = _report_to_circuits(calls, started.health)
     for job, call in submitted:
-        moves.append(_submitted(job, call, holding.get(job.extractor_id)))
+        moves.append(_one(job, _submitted, job, call, holding.get(job.extractor_id)))
     for job, call in polled:
-        move, result = _polled(job, call, fetched.get(job.pk), holding.get(job.extractor_id))
+        move, result = _one(
+            job, _polled, job, call, fetched.get(job.pk), holding.get(job.extractor_id)
+        )
         moves.append(move)
         if result is not None:
             results[job.pk] = result
     timings.append(time.perf_counter() - clock - timings[0])
-    outcome = jobs_record(moves=moves, results=results)
-    _cancel_dropped_submissions(started.submits, outcome.refused, submits)
+    jobs = {p.job.pk: p.job for p in planned}
+    outcome = jobs_record(
+        moves=moves,
+        results=results,
+        unrecordable=lambda move, error: _unrecordable(jobs[move.job_id], move, error),
+    )
+    try:
+        _cancel_dropped_submissions(started.submits, outcome.refused, submits)
+    except Exception:
+        logger.exception("cancelling dropped submissions failed")
     logger.info(
         "batch of %d: %d submitted, %d polled, %d dropped; start %.0f ms, calls %.0f ms, "
         "record %.0f ms",
@@ -134,6 +187,45 @@ def process_jobs(job_ids: list[str]) -> None:
     )
 
 
+def _one(job: ExtractionJob, build: Callable, *args) -> Any:
+    """`build(*args)`: one job's move (and result) from its calls. Should building it raise, that
+    is the job's failure, never its batch's."""
+    try:
+        return build(*args)
+    except Exception as error:
+        logger.exception("job %s: its answer cannot be recorded", job.pk)
+        move = _unrecordable(job, None, error)
+        return (move, None) if build is _polled else move
+
+
+def _unrecordable(job: ExtractionJob, move: Move | None, error: Exception) -> Move:
+    """The failure of a job whose outcome (`move`) cannot be built or recorded: its extractor
+    answered with what we cannot use or store."""
+    code = ErrorCode.INVALID_EXTRACTOR_ANSWER
+    if move is not None and move.to_status == states.SUCCEEDED:
+        code = ErrorCode.INVALID_RESULT
+    submitting = job.status_id == states.SUBMITTING
+    return fail_move(
+        job.pk,
+        expected_from={job.status_id},
+        code=code,
+        message=f"{ErrorCode(code).label}: {type(error).__name__}",
+        details={"error": safe_text(str(error))[:1000]},
+        lease_token=job.submit_attempts if submitting else None,
+    )
+
+
+def _submit_origin(job: ExtractionJob) -> str:
+    """Whose doing a failed submission may be, for the extractor's circuit
+    (`jobtracking.services.circuits`): a URL job's client, whatever the URL (the extractor may
+    be waiting on the client's source: one that trickles times the submission out); an upload's
+    client and document (one the extractor chokes on)."""
+    client = f"client:{job.requested_by_id}"
+    if job.source_url:
+        return client
+    return f"{client}:{job.file_sha256 or job.pk}"
+
+
 def _is_outage_fault(error) -> bool:
     """A fault that says the extractor may be down. A 429 is not: it says we call too fast,
     which the rate limits and Retry-After handle."""
@@ -141,17 +233,22 @@ def _is_outage_fault(error) -> bool:
 
 
 def _report_to_circuits(
-    calls: list[tuple[ExtractionJob, Call]], health: dict[int, ExtractorHealth | None]
+    calls: list[tuple[str, ExtractionJob, Call]], health: dict[int, ExtractorHealth | None]
 ) -> dict[int, datetime]:
-    """Each extractor's calls on its circuit; returns, for each extractor whose circuit is now
-    open or paused, when its held jobs are due."""
+    """Each extractor's calls on its circuit, with their origins; returns, for each extractor
+    whose circuit is now open or paused, when its held jobs are due. Should the report fail, the
+    batch is recorded as if the circuits were closed."""
     tallies = defaultdict(Tally)
-    for job, call in calls:
+    for origin, job, call in calls:
         if _is_outage_fault(call.error):
-            tallies[job.extractor_id].failed(str(job.pk), call.error.message)
+            tallies[job.extractor_id].failed(origin, call.error.message)
         elif not isinstance(call.error, OSError):
             tallies[job.extractor_id].successes += 1
-    return circuits_report(ExtractorHealth, tallies, health, extractor_release)
+    try:
+        return circuits_report(ExtractorHealth, tallies, health, extractor_release)
+    except Exception:
+        logger.exception("reporting to the extractors' circuits failed")
+        return {}
 
 
 @functools.cache
@@ -168,14 +265,19 @@ def process_job(job_id: str) -> None:
     process_jobs([job_id])
 
 
-def backoff(extractor: Extractor, step: int, retry_after: float | None) -> timedelta:
-    """The wait before action `step` of a series (submissions or polls) for this extractor."""
-    return next_delay(
+def backoff(job: ExtractionJob, step: int, retry_after: float | None) -> timedelta:
+    """The wait before action `step` of a series (submissions or polls) of this job, on its
+    extractor's schedule; never past the job's deadline (a `Retry-After` of days ends it then)."""
+    extractor = job.extractor
+    delay = next_delay(
         step,
         initial=extractor.poll_initial_interval,
         cap=extractor.poll_max_interval,
         retry_after=retry_after,
     )
+    if job.deadline_at is None:
+        return delay
+    return max(timedelta(0), min(delay, job.deadline_at - timezone.now()))
 
 
 def _client(job: ExtractionJob) -> ExtractorClient:
@@ -235,7 +337,7 @@ def _submitted(job: ExtractionJob, call: Call, held_until: datetime | None) -> M
             )
         if isinstance(error, TransientExtractorError):
             logger.warning("submission failed, will retry: %s", error.message)
-            delay = backoff(extractor, token - 1, error.retry_after)
+            delay = backoff(job, token - 1, error.retry_after)
             move = submit_retry_move(
                 job.pk,
                 lease_token=token,
@@ -255,7 +357,7 @@ def _submitted(job: ExtractionJob, call: Call, held_until: datetime | None) -> M
             external_job_id=submission.external_id,
             external_url=submission.poll_url,
             request_id=submission.request_id,
-            first_poll_in=backoff(extractor, 0, submission.retry_after),
+            first_poll_in=backoff(job, 0, submission.retry_after),
             remote_ttl=_client(job).result_ttl,
         )
 
@@ -285,14 +387,13 @@ def _polled(
 ) -> tuple[Move, Result | None]:
     """The move that records a poll's answer (and the result, for a finished job).
     `held_until`: the extractor's circuit is open."""
-    extractor = job.extractor
     error = call.error or (fetch.error if fetch else None)
     with job_log_context(job, job.status_id):
         if held_until and _is_outage_fault(error):
             return defer_move(job, held_until), None
         if isinstance(error, TransientExtractorError):
             logger.warning("poll failed, will retry: %s", error.message)
-            next_poll_in = backoff(extractor, job.poll_error_count + 1, error.retry_after)
+            next_poll_in = backoff(job, job.poll_error_count + 1, error.retry_after)
             move = poll_error_move(
                 job,
                 error=client_text(error.message),
@@ -307,7 +408,17 @@ def _polled(
         outcome = result.status
         if outcome is RemoteStatus.SUCCEEDED:
             output: ExtractionOutput = result.output or fetch.value
-            done = Result(output.payload, output.page_count, output.model_version)
+            try:
+                done = Result.from_output(output)
+            except TooDeepError as error:
+                move = fail_move(
+                    job.pk,
+                    expected_from={job.status_id},
+                    code=ErrorCode.INVALID_RESULT,
+                    message=f"The extractor's result cannot be stored: {error}",
+                    remote=(result.raw_status, 100),
+                )
+                return move, None
             move = succeeded_move(
                 job.pk, seen_status=job.status_id, raw_status=result.raw_status, result=done
             )
@@ -334,7 +445,7 @@ def _polled(
             to_status=to_status,
             raw_status=result.raw_status,
             progress=result.progress,
-            next_poll_in=backoff(extractor, job.poll_count + 1, result.retry_after),
+            next_poll_in=backoff(job, job.poll_count + 1, result.retry_after),
         )
         return move, None
 

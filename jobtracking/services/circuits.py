@@ -2,10 +2,13 @@
 one call per job or event, and its failures spend no job's attempts and no delivery's retries.
 
 The rules, shared by every worker on every machine through one row per dependency:
-- `CIRCUIT_FAILURES` transient failures in a row, of different jobs (events), from any
-  workers, with no success between them, open the circuit. A job's own retries are for a fault
-  in that job: its repeated failures count once; a run of failures across jobs means the
-  dependency is down. A round of calls with any success resets the count.
+- Transient failures from `CIRCUIT_FAILURES` different origins, from any workers, with no
+  success between them, open the circuit. A failure's origin is what could have caused it
+  besides the dependency (its caller names it): a job, for its polls; a client's source, for
+  its submissions; an event, for a delivery. One origin's failures, however many, count once:
+  they are that origin's fault (a source URL that trickles, a document the extractor chokes
+  on) and end its own work, never everyone's. A run across origins means the dependency is
+  down. A round of calls with any success resets the count.
 - While it is open, work waits until `probe_at` (held work is due exactly then) and one call
   goes out as the probe; probes back off from `CIRCUIT_PROBE_FIRST_SECONDS`, doubling, to at
   most `CIRCUIT_PROBE_MAX_SECONDS` apart.
@@ -28,6 +31,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from jobtracking.infra.storable import safe_text
 from jobtracking.models import Circuit, CircuitState
 
 logger = logging.getLogger(__name__)
@@ -82,19 +86,22 @@ def circuit_report(
     now: datetime,
     release: Callable[[datetime], None],
 ) -> Circuit:
-    """Record a round of calls to one dependency: how many succeeded, and whose failed
-    transiently (job or delivery ids); returns its circuit afterwards. A success closes an open
-    circuit and `release(held_until)` makes the held work due now, in the same transaction."""
+    """Record a round of calls to one dependency: how many succeeded, and the origins of those
+    that failed transiently; returns its circuit afterwards. A success closes an open circuit
+    and `release(held_until)` makes the held work due now, in the same transaction."""
     with transaction.atomic():
         health, _ = model.objects.select_for_update().get_or_create(pk=key)
-        failures = len(set(failed_keys) - {health.last_failed_key})
+        # The origins since the last success, as many as it takes to open the circuit.
+        known = list(health.failed_origins or [])
+        new = [origin for origin in dict.fromkeys(failed_keys) if origin not in known]
+        failures = len(new)
         if failed_keys:
-            health.last_error, health.last_error_at = error[:500], now
-            health.last_failed_key = failed_keys[-1][:64]
+            health.last_error, health.last_error_at = safe_text(error)[:500], now
+            health.failed_origins = (known + new)[-settings.CIRCUIT_FAILURES :]
         if health.state == CircuitState.PAUSED:
             pass
         elif successes:
-            health.failures, health.last_failed_key = 0, ""
+            health.failures, health.failed_origins = 0, []
             if health.state == CircuitState.OPEN:
                 logger.warning("%s: circuit closed after %d probe(s)", health, health.probes)
                 held_until = health.probe_at
@@ -116,7 +123,8 @@ def circuit_report(
 
 @dataclass
 class Tally:
-    """A round's calls to one dependency: how many succeeded, whose failed as an outage would."""
+    """A round's calls to one dependency: how many succeeded, and the origins (see the module's
+    docstring) of those that failed as an outage would."""
 
     successes: int = 0
     failed_keys: list[str] = field(default_factory=list)
@@ -174,7 +182,7 @@ def circuit_resume(
         health, _ = model.objects.select_for_update().get_or_create(pk=key)
         held_until = health.probe_at
         _set_state(health, CircuitState.CLOSED, now)
-        health.failures, health.last_failed_key = 0, ""
+        health.failures, health.failed_origins = 0, []
         health.save()
         if held_until is not None:
             release(held_until)

@@ -19,9 +19,10 @@ and kind (submit, poll): each reservation hands out evenly spaced call times (no
 
 import hashlib
 import json
+import logging
 import math
 from collections import Counter, defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -34,12 +35,14 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from extraction.clients.base import ExtractionOutput
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.engine.priorities import lane_rate, pending_priorities, split, submit_lanes
 from jobtracking.engine.queue import enqueue_cancel_at_extractor
 from jobtracking.errors import JobMovedOnError
+from jobtracking.infra.storable import safe_json, safe_text
 from jobtracking.models import (
     ExtractionJob,
     ExtractionResult,
@@ -50,6 +53,8 @@ from jobtracking.models import (
 from jobtracking.services.circuits import circuit_gate
 from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
 from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
+
+logger = logging.getLogger(__name__)
 
 IN_FLIGHT = (states.SUBMITTING, states.SUBMITTED, states.PROCESSING)
 IN_FLIGHT_LOCK = 0x6A6F62  # advisory lock namespace ("job"); the second key is the extractor id
@@ -506,16 +511,32 @@ def poll_error_move(
 
 @dataclass(frozen=True)
 class Result:
-    """A finished job's output, serialized once for its digest, size and storage."""
+    """A finished job's output, serialized once for its digest, size and storage. `made_safe`
+    lists what was changed to store it (`from_output`), `original` the bytes as sent."""
 
     payload: dict[str, Any]
     page_count: int | None
     model_version: str
+    made_safe: list[str] = field(default_factory=list)
+    original: bytes = field(default=b"", repr=False)
     body: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         body = json.dumps(self.payload, separators=(",", ":"), sort_keys=True).encode()
         object.__setattr__(self, "body", body)
+
+    @classmethod
+    def from_output(cls, output: ExtractionOutput) -> "Result":
+        """The extractor's output as it can be stored (`jobtracking.infra.storable`): a copy
+        made safe, with the answer's bytes kept verbatim beside it. Raises `TooDeepError`."""
+        payload, made_safe = safe_json(output.payload)
+        return cls(
+            payload,
+            output.page_count,
+            safe_text(output.model_version),
+            made_safe=made_safe,
+            original=output.raw if made_safe else b"",
+        )
 
 
 def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: Result) -> Move:
@@ -535,9 +556,55 @@ def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: R
     )
 
 
-def jobs_record(*, moves: list[Move], results: dict[UUID, Result]) -> BatchOutcome:
+def jobs_record(
+    *,
+    moves: list[Move],
+    results: dict[UUID, Result],
+    unrecordable: Callable[[Move, Exception], Move] | None = None,
+) -> BatchOutcome:
     """Apply a batch's outcomes in one transaction, with the results of the jobs that succeeded:
-    inline JSON up to `JOBS_RESULT_INLINE_MAX_BYTES`, otherwise a file in Django storage."""
+    inline JSON up to `JOBS_RESULT_INLINE_MAX_BYTES`, otherwise a file in Django storage.
+
+    Should that transaction fail (a value the checks before it missed), each job's outcome is
+    recorded in a transaction of its own, so that its neighbours are recorded in this same
+    round; a job whose own outcome cannot be recorded gets `unrecordable(move, error)` instead
+    (its failure, with its own error code), or keeps its claim lease if even that fails."""
+    try:
+        return _record(moves, results)
+    except Exception:
+        if unrecordable is None:
+            raise
+        logger.exception(
+            "recording a batch of %d moves failed; recording each job alone", len(moves)
+        )
+    outcome = BatchOutcome()
+    by_job: defaultdict[UUID, list[Move]] = defaultdict(list)
+    for move in moves:
+        by_job[move.job_id].append(move)
+    for job_id, own in by_job.items():
+        result = {job_id: results[job_id]} if job_id in results else {}
+        if part := _record_alone(own, result, unrecordable):
+            outcome.moved.update(part.moved)
+            outcome.refused.update(part.refused)
+    return outcome
+
+
+def _record_alone(
+    moves: list[Move], result: dict[UUID, Result], unrecordable: Callable[[Move, Exception], Move]
+) -> BatchOutcome | None:
+    try:
+        return _record(moves, result)
+    except Exception as error:
+        logger.warning("job %s: its outcome cannot be recorded: %r", moves[0].job_id, error)
+        failure = unrecordable(moves[-1], error)
+    try:
+        return _record([failure], {})
+    except Exception:
+        logger.exception("job %s: not even its failure can be recorded", moves[0].job_id)
+        return None  # its claim lease brings it back
+
+
+def _record(moves: list[Move], results: dict[UUID, Result]) -> BatchOutcome:
     with transaction.atomic():
         outcome = jobs_transition(moves, actor=SYSTEM)
         rows = [
@@ -564,6 +631,10 @@ def _result_row(job: ExtractionJob, result: Result) -> ExtractionResult:
         # Written inside the transaction so that a failed commit leaves no result row; an
         # orphaned file is harmless and named after the job and attempt.
         row.payload_file.save(f"{job.id}-{job.attempt}.json", ContentFile(result.body), save=False)
+    if result.made_safe:
+        row.made_safe = result.made_safe
+        row.original_sha256 = hashlib.sha256(result.original).hexdigest()
+        row.original_file.save(f"{job.id}-{job.attempt}", ContentFile(result.original), save=False)
     return row
 
 

@@ -2,18 +2,33 @@
 one probe goes out on a backoff schedule, and the first success releases them. Staff can pause
 and resume it through the same mechanism. Against the real sandbox."""
 
+import hashlib
 from datetime import timedelta
 
 import pytest
+from django.core.files.base import ContentFile
 from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.engine.tasks import process_jobs
 from jobtracking.models import CircuitState, ExtractionJob, ExtractorHealth, JobStatusChange
+from jobtracking.services import Actor, NewJob, job_create
 from jobtracking.services.extractor_health import extractor_pause, extractor_resume
 from tests.jobtracking.engine.test_tasks import new_job, run_to_end
 
 pytestmark = pytest.mark.django_db
+
+
+def new_upload(extractor, content: bytes, user=None) -> ExtractionJob:
+    """A job for a text document of its own (each its own origin for the circuit)."""
+    name = f"doc-{hashlib.sha256(content).hexdigest()[:8]}.txt"
+    new = NewJob(
+        extractor=extractor,
+        file_id=name,
+        file_name=name,
+        upload=ContentFile(content, name=name),
+    )
+    return job_create(new, actor=Actor("api", user))
 
 
 def run_batch(jobs) -> None:
@@ -37,9 +52,9 @@ def reload(jobs) -> list[ExtractionJob]:
 
 @pytest.fixture
 def failing_batch(sandbox, sandbox_extractor, settings):
-    """Six jobs whose submissions all fail at once: the circuit opens on that batch."""
+    """Six documents whose submissions all fail at once: the circuit opens on that batch."""
     settings.CIRCUIT_FAILURES = 5
-    jobs = [new_job(sandbox_extractor, file_id=f"f{n}") for n in range(6)]
+    jobs = [new_upload(sandbox_extractor, f"Total revenue: {n}".encode()) for n in range(6)]
     sandbox.configure(transient_rate=1.0)
     run_batch(jobs)
     return jobs
