@@ -2,7 +2,11 @@
 one probe goes out on a backoff schedule, and the first success releases them. Staff can pause
 and resume it through the same mechanism. Against the real sandbox."""
 
+import contextlib
 import hashlib
+import socketserver
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +18,7 @@ from jobtracking.engine.tasks import process_jobs
 from jobtracking.models import CircuitState, ExtractionJob, ExtractorHealth, JobStatusChange
 from jobtracking.services import Actor, NewJob, job_create
 from jobtracking.services.extractor_health import extractor_pause, extractor_resume
+from tests.factories import UserFactory
 from tests.jobtracking.engine.test_tasks import new_job, run_to_end
 
 pytestmark = pytest.mark.django_db
@@ -172,3 +177,94 @@ def test_pause_holds_every_call_and_resume_releases_the_jobs(sandbox, sandbox_ex
     extractor_resume(extractor=sandbox_extractor)
     assert all(job.due_at <= timezone.now() for job in reload(jobs))
     assert run_to_end(jobs[0]).status_id == states.SUCCEEDED
+
+
+class TricklingSource:
+    """A document server that sends one byte a second: an extractor fetching it while it answers
+    the submission answers too late."""
+
+    def __init__(self) -> None:
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), self.Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)
+            with contextlib.suppress(OSError):
+                self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                for _ in range(100):
+                    time.sleep(1)
+                    self.request.sendall(b"x")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def trickling_source():
+    source = TricklingSource()
+    yield source
+    source.close()
+
+
+def url_jobs(extractor, source, user, count: int) -> list[ExtractionJob]:
+    return [
+        job_create(
+            NewJob(
+                extractor=extractor,
+                file_id=f"{user.username}-{n}",
+                source_url=f"{source.url}/{user.username}-{n}.txt",
+                file_name=f"{n}.txt",
+            ),
+            actor=Actor("api", user),
+        )
+        for n in range(count)
+    ]
+
+
+def test_one_clients_trickling_sources_do_not_open_the_circuit_for_everyone(
+    sandbox, sandbox_extractor, trickling_source, settings
+):
+    """Its five submissions time out together, each on its own job's budget; the circuit counts
+    them as one origin, the client, so another client's job goes out at once."""
+    settings.CIRCUIT_FAILURES = 5
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    sandbox_extractor.request_timeout = timedelta(seconds=1)
+    sandbox_extractor.save()
+    attacker, other = UserFactory(), UserFactory()
+    slow = url_jobs(sandbox_extractor, trickling_source, attacker, 5)
+
+    run_batch(slow)
+
+    health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
+    assert (health.state, health.failures) == (CircuitState.CLOSED, 1)
+    assert "timed out" in health.last_error
+    for job in reload(slow):
+        assert (job.status_id, job.submit_attempts) == (states.PENDING, 1)
+    honest = new_upload(sandbox_extractor, b"Total revenue: 7", user=other)
+    run_batch([honest])
+    honest.refresh_from_db()
+    assert honest.status_id == states.SUBMITTED
+
+
+def test_several_clients_failing_together_open_the_circuit(
+    sandbox, sandbox_extractor, trickling_source, settings
+):
+    """The other side of the rule: the same timeouts from five clients are an outage."""
+    settings.CIRCUIT_FAILURES = 5
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    sandbox_extractor.request_timeout = timedelta(seconds=1)
+    sandbox_extractor.save()
+    jobs = [
+        job
+        for _ in range(5)
+        for job in url_jobs(sandbox_extractor, trickling_source, UserFactory(), 1)
+    ]
+
+    run_batch(jobs)
+
+    health = ExtractorHealth.objects.get(pk=sandbox_extractor.pk)
+    assert (health.state, health.failures) == (CircuitState.OPEN, 5)
