@@ -48,8 +48,10 @@ from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
 from jobtracking.services.batch_completion import batches_complete_due
 from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.engine import (
+    CONNECTION_ERRORS,
     Planned,
     Result,
+    StartedBatch,
     defer_move,
     fail_move,
     jobs_record,
@@ -133,7 +135,7 @@ def process_jobs(job_ids: list[str]) -> None:
     poll it (and fetch its result), or time it out. Acts only on the jobs whose claim this copy
     of the task wins."""
     clock = time.perf_counter()
-    started = jobs_start(job_ids=job_ids)
+    started = _start(job_ids)
     planned = started.submits + started.polls
     if not planned:
         # Claims taken by another copy, or every job timed out, deferred or left to its lease.
@@ -185,6 +187,30 @@ def process_jobs(job_ids: list[str]) -> None:
         1000 * timings[1],
         1000 * (time.perf_counter() - clock - sum(timings)),
     )
+
+
+def _start(job_ids: list[str]) -> StartedBatch:
+    """`jobs_start` for the batch; should it fail (and not for the database's sake), for each
+    job alone, so that one job's fault holds back only that job (until its claim lease)."""
+    try:
+        return jobs_start(job_ids=job_ids)
+    except CONNECTION_ERRORS:
+        raise
+    except Exception:
+        logger.exception("starting a batch of %d failed", len(job_ids))
+    started = StartedBatch()
+    for job_id in job_ids if len(job_ids) > 1 else ():
+        try:
+            alone = jobs_start(job_ids=[job_id])
+        except CONNECTION_ERRORS:
+            raise
+        except Exception:
+            logger.exception("job %s cannot be started", job_id)
+            continue
+        started.submits += alone.submits
+        started.polls += alone.polls
+        started.health |= alone.health
+    return started
 
 
 def _one(job: ExtractionJob, build: Callable, *args) -> Any:

@@ -31,7 +31,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.files.base import ContentFile
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 IN_FLIGHT = (states.SUBMITTING, states.SUBMITTED, states.PROCESSING)
 IN_FLIGHT_LOCK = 0x6A6F62  # advisory lock namespace ("job"); the second key is the extractor id
 HORIZON = timedelta(seconds=1)
+# Errors of the database itself: no job's data causes them, so no job is failed for them.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
 @dataclass
@@ -571,6 +573,8 @@ def jobs_record(
     (its failure, with its own error code), or keeps its claim lease if even that fails."""
     try:
         return _record(moves, results)
+    except CONNECTION_ERRORS:
+        raise  # the database's fault, not a job's: the claims bring the batch back
     except Exception:
         if unrecordable is None:
             raise
@@ -594,6 +598,8 @@ def _record_alone(
 ) -> BatchOutcome | None:
     try:
         return _record(moves, result)
+    except CONNECTION_ERRORS:
+        raise
     except Exception as error:
         logger.warning("job %s: its outcome cannot be recorded: %r", moves[0].job_id, error)
         failure = unrecordable(moves[-1], error)

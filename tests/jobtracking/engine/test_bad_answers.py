@@ -14,10 +14,13 @@ from django.utils import timezone
 from extraction.clients.http_async import HttpAsyncClient
 from extraction.models import Adapter
 from jobtracking import states
+from jobtracking.engine import tasks
 from jobtracking.engine.tasks import process_jobs
 from jobtracking.models import ExtractionJob, ExtractionResult, ExtractorHealth, JobStatusChange
 from jobtracking.services import engine
+from jobtracking.services.engine import jobs_claim
 from tests.factories import ExtractorFactory
+from tests.jobtracking.api.conftest import client_for, service_account
 from tests.jobtracking.conftest import FAST
 from tests.jobtracking.engine.scripted_extractor import Answer, ScriptedExtractor
 
@@ -38,21 +41,23 @@ def extractor(scripted):
 
 
 def run_rounds(jobs, max_rounds: int = 20) -> dict[str, int]:
-    """As the dispatcher would: each round claims every due job that has not ended and runs
-    them as one batch. Returns the round in which each job (by file name) ended."""
+    """As the dispatcher would: each round claims every job that has not ended and is due
+    within a second (for a claim lease) and runs them as one batch. Returns the round in which
+    each job (by file name) ended."""
     ended = {}
     for round_number in range(1, max_rounds + 1):
+        soon = timezone.now() + timedelta(seconds=1)
         live = list(
-            ExtractionJob.objects.filter(pk__in=[job.pk for job in jobs]).exclude(
-                status__in=states.TERMINAL
-            )
+            ExtractionJob.objects.filter(pk__in=[job.pk for job in jobs], due_at__lte=soon)
+            .exclude(status__in=states.TERMINAL)
+            .order_by("due_at")
         )
         if not live:
             break
-        wait = (min(job.due_at for job in live) - timezone.now()).total_seconds()
-        time.sleep(max(0.0, wait))
-        due = [job.pk for job in live if job.due_at <= timezone.now()]
-        ExtractionJob.objects.filter(pk__in=due).update(claimed_at=timezone.now())
+        time.sleep(max(0.0, (live[0].due_at - timezone.now()).total_seconds()))
+        now = timezone.now()
+        due = [job.pk for job in live if job.due_at <= now]
+        jobs_claim(due, now=now, lease=timedelta(seconds=30))
         process_jobs([str(pk) for pk in due])
         for job in ExtractionJob.objects.filter(pk__in=due, status__in=states.TERMINAL):
             ended.setdefault(job.file_name, round_number)
@@ -265,3 +270,38 @@ def test_a_retry_after_beyond_the_deadline_is_capped_by_it(scripted, extractor):
     # Before: its first poll 24 h out, past the deadline, left to the reaper. Now due when the
     # deadline passes (give or take the moment the move was written), when it times out.
     assert bad.due_at - bad.deadline_at < timedelta(seconds=1)
+
+
+def test_the_api_serves_a_made_safe_result_saying_how(scripted, extractor):
+    owner = service_account("owner")
+    scripted.script(BAD, "result", Answer(200, RAW_RESULTS["nul"]))
+    job = scripted.new_job(extractor, BAD, user=owner)
+
+    run_rounds([job])
+
+    answer = client_for(owner).get(f"/api/v1/jobs/{job.pk}/result/")
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["payload"]["pages"] == [{"text": "a\ufffdb"}]
+    assert body["made_safe"] == ["pages[0].text: unstorable characters replaced by U+FFFD"]
+    assert body["original_sha256"] == hashlib.sha256(RAW_RESULTS["nul"]).hexdigest()
+
+
+def test_a_failing_start_starts_each_job_alone(scripted, extractor, monkeypatch):
+    """An unexpected error while starting the batch holds back only the job that causes it."""
+    start = tasks.jobs_start
+    jobs = batch(scripted, extractor)
+    bad_id = str(jobs[-1].pk)
+
+    def start_or_fail(*, job_ids):
+        if bad_id in map(str, job_ids):
+            raise ValueError("a bug that this job's data sets off")
+        return start(job_ids=job_ids)
+
+    monkeypatch.setattr(tasks, "jobs_start", start_or_fail)
+
+    ended = run_rounds(jobs, max_rounds=2)
+
+    assert_neighbours_unharmed(scripted, jobs, ended)
+    bad = by_name(jobs)[BAD]
+    assert (bad.status_id, bad.claimed_at is not None) == (states.PENDING, True)
