@@ -201,6 +201,14 @@ class JobPageViews:
     def result_view(self, request, pk, attempt):
         job = self._visible_job(request, pk)
         result = get_object_or_404(ExtractionResult, job=job, attempt=attempt)
+        if request.GET.get("download") == "original" and result.original_file:
+            # The extractor's answer as sent, kept when it had to be made safe: an attachment.
+            return FileResponse(
+                result.original_file.open("rb"),
+                as_attachment=True,
+                filename=f"{job.pk}-attempt-{attempt}-original.json",
+                content_type="application/octet-stream",
+            )
         payload = result.load_payload()
         pretty = json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
         if request.GET.get("download"):

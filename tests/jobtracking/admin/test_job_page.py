@@ -1,6 +1,7 @@
 """The job page as staff use it: summary, timeline, results, upload, and the Requeue and Cancel
 buttons with their permissions and their LogEntry."""
 
+import hashlib
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -291,3 +292,20 @@ def test_span_reads_well():
     assert span(timedelta(seconds=75)) == "1 min 15 s"
     assert span(timedelta(hours=2, minutes=5)) == "2 h 5 min"
     assert span(timedelta(days=3, hours=4)) == "3 d 4 h"
+
+
+def test_a_made_safe_result_says_how_and_gives_the_answer_as_sent(operator, client):
+    sent = b'{"pages": [{"text": "a\\u0000b"}]}'
+    result = ExtractionResultFactory(
+        payload={"pages": [{"text": "a\ufffdb"}]},
+        made_safe=["pages[0].text: unstorable characters replaced by U+FFFD"],
+        original_sha256=hashlib.sha256(sent).hexdigest(),
+        original_file=ContentFile(sent, name="original"),
+    )
+    url = f"{JOBS}{result.job.pk}/results/{result.attempt}/"
+    full = client.get(url).content.decode()
+    assert "pages[0].text: unstorable characters replaced by U+FFFD" in full
+    assert hashlib.sha256(sent).hexdigest() in full
+    original = client.get(f"{url}?download=original")
+    assert b"".join(original.streaming_content) == sent
+    assert original["Content-Disposition"].startswith("attachment")
