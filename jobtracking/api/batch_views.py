@@ -11,7 +11,14 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from jobtracking.api.bulk import REPLAYED_HEADER, api_actor, bulk_results, check_priority, validated
+from jobtracking.api.bulk import (
+    REPLAYED_HEADER,
+    api_actor,
+    bulk_results,
+    check_priority,
+    idempotency_key,
+    validated,
+)
 from jobtracking.api.docs import batches_docs
 from jobtracking.api.filters import BatchFilterSet
 from jobtracking.api.pagination import KeysetCursorPagination
@@ -28,7 +35,7 @@ from jobtracking.api.serializers import (
     BatchSerializer,
 )
 from jobtracking.api.viewsets import ClientRowsViewSet
-from jobtracking.errors import BatchNotFoundError, JobValidationError
+from jobtracking.errors import BatchNotFoundError
 from jobtracking.models import Batch
 from jobtracking.representation import batch_representation, batches_path, jobs_path
 from jobtracking.selectors import batch_list, batch_summaries, job_may_act_on_batch
@@ -155,9 +162,7 @@ class BatchViewSet(ClientRowsViewSet):
     def create(self, request):
         fields = validated(BatchCreateSerializer, request)
         jobs = fields.pop("jobs")
-        key = request.headers.get("Idempotency-Key", "").strip()
-        if len(key) > 255:
-            raise JobValidationError({"Idempotency-Key": "At most 255 characters."})
+        key = idempotency_key(request)
         request_fields = (
             {"idempotency_key": key, "request_fingerprint": body_fingerprint(request.data)}
             if key

@@ -8,8 +8,12 @@ from extraction.models import Extractor
 from jobtracking.api.bulk_validation import BulkItemValidator
 from jobtracking.api.errors import field_errors, problem_body
 from jobtracking.api.serializers import ExtractionJobSerializer
+from jobtracking.errors import JobValidationError
+from jobtracking.infra.storable import text_problem
 from jobtracking.models import ActorType, Priority
 from jobtracking.services import Actor, NewJob
+
+ITEM_NOT_AN_OBJECT = "Must be a JSON object of a job's fields."
 
 # Marks the answer to an idempotent replay (the IETF draft's Idempotency-Key leaves it to us).
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -23,6 +27,16 @@ def validated(serializer_class, request) -> dict:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+def idempotency_key(request) -> str:
+    """The request's `Idempotency-Key`, "" without one; a key that cannot be stored (too long,
+    a NUL: `storable`'s rule) is refused."""
+    key = request.headers.get("Idempotency-Key", "").strip()
+    problem = "At most 255 characters." if len(key) > 255 else text_problem(key)
+    if problem:
+        raise JobValidationError({"Idempotency-Key": problem})
+    return key
 
 
 INTERACTIVE_PERMISSION = "jobtracking.set_interactive_priority"
@@ -53,11 +67,19 @@ def bulk_results(request, items: list, create, *, always: bool = False) -> dict:
     """A bulk body's items: each validated as a JSON create (`BulkItemValidator`, the create
     serializer's rules), the valid ones created by `create(new_jobs)` (which returns their
     `BulkOutcome`s; called with none only when `always`), and every item's outcome in order."""
-    slugs = {item.get("extractor") for item in items if isinstance(item.get("extractor"), str)}
+    slugs = {
+        slug
+        for item in items
+        if type(item) is dict
+        and isinstance(slug := item.get("extractor"), str)
+        and text_problem(slug) is None  # (the database cannot compare it; its item is refused)
+    }
     checker = BulkItemValidator({e.slug: e for e in Extractor.objects.filter(slug__in=slugs)})
     valid, results = [], {}
     for index, item in enumerate(items):
         try:
+            if type(item) is not dict:
+                raise ValidationError([ITEM_NOT_AN_OBJECT])
             if "file" in item:
                 raise ValidationError({"file": ["Bulk create takes source_url only."]})
             valid.append((index, check_priority(request, checker.validated(item))))

@@ -16,12 +16,10 @@ from django.core.validators import URLValidator
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.fields import empty
-from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from extraction.models import Extractor
 from jobtracking.api.serializers import ExtractionJobCreateSerializer
 
-SURROGATE = re.compile("[\ud800-\udfff]")
 # A URL as its scheme and host, and a path of printable ASCII (so without whitespace).
 URL_PARTS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*)(/[!-~]*)\Z")
 MAX_URL_HEADS = 1000
@@ -123,11 +121,7 @@ class BulkItemValidator:
                 raise NotPlain
             return value
         for validator in field.validators:
-            if type(validator) is ProhibitSurrogateCharactersValidator:
-                # DRF's check, by a regular expression rather than a Python loop per character.
-                if SURROGATE.search(value):
-                    raise NotPlain
-            elif type(validator) is URLValidator:
+            if type(validator) is URLValidator:
                 self._url(validator, value)
             else:
                 validator(value)

@@ -18,6 +18,7 @@ from jobtracking.api.problems import problem_type
 from jobtracking.api.renderers import FastJSONRenderer
 from jobtracking.errors import ApplicationError, JobValidationError
 from jobtracking.infra.dbfaults import database_unreachable
+from jobtracking.infra.storable import safe_text
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +41,30 @@ TITLES = {
 
 def problem_body(status_code: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
     # The standard members come last so that no extra member can replace them.
-    return {
-        **extra,
-        "type": problem_type(code),
-        "title": TITLES.get(status_code, "Error"),
-        "status": status_code,
-        "code": code,
-        "detail": detail,
-    }
+    return echo_safe(
+        {
+            **extra,
+            "type": problem_type(code),
+            "title": TITLES.get(status_code, "Error"),
+            "status": status_code,
+            "code": code,
+            "detail": detail,
+        }
+    )
+
+
+def echo_safe(value: Any) -> Any:
+    """`value` with its text (keys too) made writable (`storable.safe_text`). A problem echoes
+    what the client sent (an unknown field's or parameter's name, a refused choice, a JSON key),
+    which may hold a lone surrogate that no UTF-8 writer can write: the refusal would become a
+    500. Every problem body is made here, so none escapes this."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {echo_safe(key): echo_safe(inner) for key, inner in value.items()}
+    if isinstance(value, list | tuple):
+        return [echo_safe(inner) for inner in value]
+    return value
 
 
 def problem(status_code: int, code: str, detail: str, headers=None, **extra: Any) -> Response:
@@ -60,8 +77,8 @@ def problem(status_code: int, code: str, detail: str, headers=None, **extra: Any
 
 
 def field_errors(detail: Any) -> dict[str, list]:
-    """Always {field: [messages]}; a nested field by its path (`jobs.1`: a bulk body's second
-    item)."""
+    """Always {field: [messages]}; a value inside a field by its path (`batch.metadata`,
+    `metadata.a.b[2]`)."""
     errors: dict[str, list] = {}
 
     def add(path: str, value: Any) -> None:

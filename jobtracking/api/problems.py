@@ -14,8 +14,9 @@ PROBLEMS = {
     "validation_error": (
         400,
         "The request body or a parameter is invalid. `errors` maps each field to its messages "
-        "(a nested one by its path: `jobs.1` is a bulk body's second item); fix those fields "
-        "and send the request again. Unknown fields are refused by name.",
+        "(a value inside one by its path: `metadata.a.b[2]`); fix those fields and send the "
+        "request again. Unknown fields are refused by name. In a bulk request, an item's own "
+        "problem is in its result, under its `index`.",
     ),
     "parse_error": (400, "The body is not valid JSON (or form data). Check the Content-Type."),
     "bad_request": (400, "The request could not be read (for example a malformed header)."),

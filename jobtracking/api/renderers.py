@@ -6,6 +6,8 @@ import orjson
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import override_method
 
+from jobtracking.infra.storable import safe_text
+
 
 class FastJSONRenderer(JSONRenderer):
     """DRF's JSON written by orjson: a bulk answer's 500 jobs in a sixth of the time. DRF's own
@@ -26,6 +28,11 @@ class FastJSONRenderer(JSONRenderer):
 
 
 class FormErrorsBrowsableAPIRenderer(BrowsableAPIRenderer):
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        # The page shows the request as sent (a refused form is filled in again with it), which
+        # may hold a lone surrogate: written as U+FFFD rather than failing to encode (a 500).
+        return safe_text(super().render(data, accepted_media_type, renderer_context))
+
     def get_rendered_html_form(self, data, view, method, request):
         refused = isinstance(data, dict) and isinstance(data.get("errors"), dict)
         if refused and request.method == method and hasattr(view, "get_serializer"):

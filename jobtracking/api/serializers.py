@@ -6,16 +6,19 @@ import threading
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import ProhibitNullCharactersValidator
 from django.db import models
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 from rest_framework.utils import json as strict_json
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from extraction.clients.base import client_text
 from extraction.models import Extractor
 from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking.api.messages import BODY_NOT_AN_OBJECT, plain_field
 from jobtracking.infra.recent import Recent
+from jobtracking.infra.storable import json_problem, text_problem
 from jobtracking.models import (
     CircuitState,
     ExtractionJob,
@@ -296,7 +299,20 @@ class ExtractionResultSerializer(UtcModelSerializer):
             "size_bytes",
             "received_at",
             "payload",
+            "made_safe",
+            "original_sha256",
         ]
+        extra_kwargs = {
+            "made_safe": {
+                "help_text": "Where the extractor's JSON held what cannot be stored (a null "
+                "character, a lone surrogate, a non-finite number, a number beyond 64 bits) and "
+                "how `payload` differs from it there; empty when it is as the extractor sent it."
+            },
+            "original_sha256": {
+                "help_text": "When `made_safe` is not empty: the SHA-256 of the extractor's "
+                "answer as sent, whose bytes are kept verbatim."
+            },
+        }
 
     @extend_schema_field(serializers.JSONField())
     def get_payload(self, result: ExtractionResult) -> Any:
@@ -433,29 +449,34 @@ class StatsSerializer(serializers.Serializer):
 # Input
 
 
-MAX_JSON_DEPTH = 32
+def storable_text(value: Any) -> None:
+    """`storable`'s rule for text (no NUL, no lone surrogate), as a validator: every field of
+    every input serializer has it (`StrictSerializer`); other values pass."""
+    if isinstance(value, str) and (problem := text_problem(value)):
+        raise serializers.ValidationError(problem)
 
 
-def json_depth(value: Any) -> int:
-    """How deeply lists and objects nest in `value` (without recursion: hostile input may nest
-    thousands of levels)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if depth > MAX_JSON_DEPTH:
-                break
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
+# DRF's text fields check the same rule in other words: `storable_text` takes their place, so
+# that one rule, worded once, judges every field.
+DRF_TEXT_CHECKS = (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)
+
+
+def storable_field(field: serializers.Field) -> None:
+    """Gives `field` (a serializer's own copy), and a list's or dict's items, `storable_text`."""
+    if isinstance(field, serializers.BaseSerializer):
+        return  # a nested serializer's fields have it (from its own `get_fields`)
+    if isinstance(field, serializers.ListField | serializers.DictField):
+        storable_field(field.child)
+    kept = [check for check in field.validators if not isinstance(check, DRF_TEXT_CHECKS)]
+    field.validators = [*kept, storable_text]
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class JsonObjectField(serializers.JSONField):
-    """A JSON object of at most `settings.<cap_setting>` bytes, measured as compact JSON in
-    UTF-8; in multipart forms it arrives as a JSON string. One strict encoding checks it all
-    (DRF's own check would be a second)."""
+    """A JSON object that PostgreSQL and our JSON writers can hold (`storable.json_problem`: a
+    value that cannot is refused by its path, `metadata.a.b[2]`), of at most
+    `settings.<cap_setting>` bytes, measured as compact JSON in UTF-8; in multipart forms it
+    arrives as a JSON string."""
 
     def __init__(self, *, cap_setting: str, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -467,25 +488,14 @@ class JsonObjectField(serializers.JSONField):
                 data = strict_json.loads(data)
             except (ValueError, RecursionError):
                 raise serializers.ValidationError("Must be valid JSON.") from None
-        if json_depth(data) > MAX_JSON_DEPTH:
-            raise serializers.ValidationError(f"Must nest at most {MAX_JSON_DEPTH} levels deep.")
-        try:
-            # DRF's encoder refuses NaN and Infinity, which are not JSON.
-            text = strict_json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        except (TypeError, ValueError):
-            raise serializers.ValidationError("Value must be valid JSON.") from None
         if not isinstance(data, dict):
             raise serializers.ValidationError("Must be a JSON object.")
-        if "\x00" in text or "\\u0000" in text:
-            # PostgreSQL's jsonb cannot hold a null character.
-            raise serializers.ValidationError("Null characters are not allowed.")
-        try:
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError:
-            # A lone surrogate ("\ud800") is valid JSON text but not Unicode; jsonb refuses it.
-            raise serializers.ValidationError("Must be valid Unicode text.") from None
+        if found := json_problem(data):
+            path, why = found
+            raise serializers.ValidationError({path: [why]} if path else [why])
+        text = strict_json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         cap = getattr(settings, self.cap_setting)
-        if size > cap:
+        if len(text.encode("utf-8")) > cap:
             raise serializers.ValidationError(f"Must be at most {cap} bytes as JSON.")
         return data
 
@@ -504,8 +514,7 @@ class ExtractorField(serializers.SlugRelatedField):
     def to_internal_value(self, data):
         if not isinstance(data, str) or not data:
             raise serializers.ValidationError("Give an extractor's slug.")
-        if "\x00" in data:
-            raise serializers.ValidationError("Null characters are not allowed.")
+        storable_text(data)  # before the lookup: the database cannot even compare such text
         known = self.context.get("extractors", {})
         if data in known:
             return known[data]
@@ -522,7 +531,8 @@ class ExtractorField(serializers.SlugRelatedField):
 class StrictSerializer(serializers.Serializer):
     """Refuses fields it does not know, by name, instead of ignoring them silently; its fields'
     messages are plain English (`jobtracking.api.messages`), its lists' items named by
-    `list_items` ("element" otherwise)."""
+    `list_items` ("element" otherwise); every field refuses text that cannot be stored
+    (`storable_text`)."""
 
     default_error_messages = {"invalid": BODY_NOT_AN_OBJECT}
     list_items: dict[str, str] = {}
@@ -531,6 +541,7 @@ class StrictSerializer(serializers.Serializer):
         fields = super().get_fields()
         for name, field in fields.items():
             plain_field(field, item=self.list_items.get(name, "element"))
+            storable_field(field)
         return fields
 
     def to_internal_value(self, data):
@@ -654,15 +665,14 @@ def upload_type(upload) -> str:
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
-class ObjectField(serializers.Field):
-    """A JSON object as it came: its fields are for the item's own validation to judge (DRF's
-    DictField would copy each value through a field of its own)."""
+class BulkItemField(serializers.Field):
+    """A bulk item as it came, whatever it is: the item's own validation judges it, so that one
+    that is not even an object fails alone, under its index (`bulk.bulk_results`)."""
 
-    default_error_messages = serializers.DictField.default_error_messages
+    def validate_empty_values(self, data):
+        return False, data  # null too (`allow_null` would document the items as nullable)
 
     def to_internal_value(self, data):
-        if type(data) is not dict:
-            self.fail("not_a_dict", input_type=type(data).__name__)
         return data
 
     def to_representation(self, value):
@@ -672,7 +682,7 @@ class ObjectField(serializers.Field):
 def jobs_field(*, min_length: int = 1) -> serializers.ListField:
     """A bulk body's `jobs`: items each validated as a JSON create (`BulkItemValidator`)."""
     return serializers.ListField(
-        child=ObjectField(),
+        child=BulkItemField(),
         min_length=min_length,
         max_length=settings.JOBS_BULK_MAX,
         help_text="Job objects as for a single JSON create (source_url only).",

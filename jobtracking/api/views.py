@@ -21,7 +21,14 @@ from rest_framework.views import APIView
 
 from extraction.models import Extractor
 from jobtracking.api.batch_views import batch_body, new_batch
-from jobtracking.api.bulk import REPLAYED_HEADER, api_actor, bulk_results, check_priority, validated
+from jobtracking.api.bulk import (
+    REPLAYED_HEADER,
+    api_actor,
+    bulk_results,
+    check_priority,
+    idempotency_key,
+    validated,
+)
 from jobtracking.api.docs import (
     events_docs,
     extractors_docs,
@@ -183,9 +190,7 @@ class ExtractionJobViewSet(ClientRowsViewSet):
                     "content_mismatch",
                     f"The file's content is not {validated['content_type']}.",
                 )
-        key = request.headers.get("Idempotency-Key", "").strip()
-        if len(key) > 255:
-            raise JobValidationError({"Idempotency-Key": "At most 255 characters."})
+        key = idempotency_key(request)
         if key:
             new = NewJob(
                 **validated, idempotency_key=key, request_fingerprint=request_fingerprint(validated)

@@ -123,9 +123,10 @@ class WebhookTestResultSerializer(serializers.Serializer):
 
 
 class WebhookEndpointInputSerializer(StrictSerializer):
-    """A new endpoint (POST) or the fields to change (PATCH: any of them). No field declares a
-    default: the schema would show it on the PATCH body too, and generated clients send a
-    schema's defaults, changing fields the caller never named. A new endpoint takes the model's."""
+    """A new endpoint (POST) or the fields to change (PATCH: any of them, the endpoint as the
+    `instance`). No field declares a default: the schema would show it on the PATCH body too,
+    and generated clients send a schema's defaults, changing fields the caller never named. A
+    new endpoint takes the model's."""
 
     url = serializers.URLField(
         max_length=2000,
@@ -141,14 +142,18 @@ class WebhookEndpointInputSerializer(StrictSerializer):
     def validate_event_types(self, types: list[str]) -> list[str]:
         return list(dict.fromkeys(types))
 
-    def validate_all_jobs(self, all_jobs: bool) -> bool:
+    def validate(self, data: dict) -> dict:
         # `selectors.visible`'s rule, fixed on the subscription: every job only for a client
-        # that may see every job.
-        if all_jobs and not self.context["request"].user.has_perm(VIEW_ALL):
-            raise serializers.ValidationError(
-                "Receiving every client's events needs the view_all_extractionjobs permission."
-            )
-        return all_jobs
+        # that may see every job. Checked at every save (the endpoint being changed is the
+        # `instance`), so that a client that lost the permission cannot go on changing an
+        # endpoint that receives every client's events without giving that up.
+        kept = self.instance is not None and self.instance.all_jobs
+        if data.get("all_jobs", kept) and not self.context["request"].user.has_perm(VIEW_ALL):
+            why = "Receiving every client's events needs the view_all_extractionjobs permission"
+            if "all_jobs" not in data:
+                why += ' (this endpoint receives them: send "all_jobs": false to change it)'
+            raise serializers.ValidationError({"all_jobs": [f"{why}."]})
+        return data
 
     def fields_to_save(self) -> dict:
         """The validated fields under the model's names."""

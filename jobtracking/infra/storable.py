@@ -75,13 +75,15 @@ def json_problem(value: Any) -> tuple[str, str] | None:
             if depth > MAX_DEPTH:
                 return path, f"Must nest at most {MAX_DEPTH} levels deep."
             problem = None
+            children = []
             if isinstance(item, dict):
                 for key, child in item.items():
                     if not isinstance(key, str) or (why := text_problem(key)):
                         return path, f"Key {_shown(key)}: {why or 'keys must be text.'}"
-                    stack.append((child, _join(path, key), depth + 1))
+                    children.append((child, _join(path, key), depth + 1))
             else:
-                stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+                children = [(child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item)]
+            stack.extend(reversed(children))  # (so that they are checked in their order)
         else:
             problem = f"Not a JSON value ({type(item).__name__})."
         if problem:

@@ -3,6 +3,8 @@ serializer it is derived from: what the quick path accepts, the serializer accep
 data; what it does not, the serializer judges (with its messages); a field or hook added to the
 serializer is honoured without a change to the quick path."""
 
+import json
+import math
 import socket
 
 import pytest
@@ -15,6 +17,7 @@ from rest_framework.exceptions import ValidationError
 
 from jobtracking.api.bulk_validation import PLAN, BulkItemValidator, plan
 from jobtracking.api.serializers import ExtractionJobCreateSerializer
+from jobtracking.infra.storable import MAX_DEPTH
 from tests.factories import ExtractorFactory
 
 pytestmark = pytest.mark.django_db
@@ -29,15 +32,36 @@ def extractors(db) -> dict:
 
 
 ABSENT = object()
+# Text that cannot be stored (`storable`): every text field meets each.
+TEXT_FIELDS = ("extractor", "file_id", "file_name", "content_type", "file_sha256", "priority")
+UNSTORABLE_TEXT = ["a\x00", "\x00", "\ud800", "a\udfffb", "\ud83d\ude00"]
+# JSON objects that cannot be stored: numbers beyond 64 bits or not finite, such text in values
+# and keys, deep nesting.
+UNSTORABLE_JSON = [
+    {"n": 2**64},
+    {"n": 2**63},
+    {"n": -(2**63) - 1},
+    {"n": 1e308},
+    {"n": -1e19},
+    {"n": math.nan},
+    {"n": math.inf},
+    {"a": [1, {"b": 10**30}]},
+    {"t": "a\x00"},
+    {"t": ["\ud800"]},
+    {"k\x00": 1},
+    {"\ud800": 1},
+    {"deep": json.loads("[" * MAX_DEPTH + "]" * MAX_DEPTH)},
+]
 # Odd values per field, each next to a plain item in one test, mixed with random ones in another.
 ODD = {
-    "extractor": ["off", "missing", "", "o\x00n", 5, None, ["on"], ABSENT],
-    "file_id": [" f-1", "f-1 ", "", " ", "x" * 255, "x" * 256, "a\x00", "\ud800", 7, None, ABSENT],
-    "file_name": ["budget.pdf", "", " ", "n" * 255, "n" * 256, None],
-    "content_type": ["application/pdf", "", "t" * 101, 3],
-    "file_size": [None, True, "12", 1.5, -1, 0, 2**63 - 1, 2**63, 10**30],
-    "file_sha256": ["a" * 64, "A" * 64, "g" * 64, "", " " + "a" * 64, "a" * 63],
+    "extractor": ["off", "missing", "", 5, None, ["on"], ABSENT, *UNSTORABLE_TEXT],
+    "file_id": [" f-1", "f-1 ", "", " ", "x" * 255, "x" * 256, 7, None, ABSENT, *UNSTORABLE_TEXT],
+    "file_name": ["budget.pdf", "", " ", "n" * 255, "n" * 256, None, *UNSTORABLE_TEXT],
+    "content_type": ["application/pdf", "", "t" * 101, 3, *UNSTORABLE_TEXT],
+    "file_size": [None, True, "12", 1.5, -1, 0, 2**63 - 1, 2**63, 10**30, 1e308, math.nan],
+    "file_sha256": ["a" * 64, "A" * 64, "g" * 64, "", " " + "a" * 64, "a" * 63, *UNSTORABLE_TEXT],
     "source_url": [
+        *(PUBLIC_URL + text for text in UNSTORABLE_TEXT),
         "http://10.0.0.1/x.pdf",
         "ftp://93.184.216.34/a.pdf",
         "https://user:pw@93.184.216.34/a.pdf",
@@ -49,23 +73,35 @@ ODD = {
         None,
         ABSENT,
     ],
-    "options": [{}, {"a": [1, {"b": None}]}, "{}", '{"a": 1}', "[", [], None, 3],
-    "metadata": [{"n": 10**30}, {"bad": "\ud800"}, {"nul": "\x00"}, {"f": 1.5}, "{}", None],
-    "priority": ["interactive", "normal", "bulk", "urgent", "", None, 1],
+    "options": [{}, {"a": [1, {"b": None}]}, "{}", '{"a": 1}', "[", [], None, 3, *UNSTORABLE_JSON],
+    "metadata": [{"f": 1.5}, "{}", '{"n": 18446744073709551616}', None, *UNSTORABLE_JSON],
+    "priority": ["interactive", "normal", "bulk", "urgent", "", None, 1, *UNSTORABLE_TEXT],
     "csrfmiddlewaretoken": ["t"],
     "unknown": [1],
+    "\ud800": [1],
 }
+
+
+def any_text(max_size: int) -> st.SearchStrategy[str]:
+    """Any text, with NUL and surrogates (which `st.text` leaves out) often."""
+    return st.text(
+        st.characters(exclude_categories=()) | st.sampled_from("\x00\ud800\udfff"),
+        max_size=max_size,
+    )
+
+
+# Integers and floats of every size, NaN and Infinity among them.
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | st.floats() | any_text(8),
     lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+        st.lists(children, max_size=3) | st.dictionaries(any_text(5), children, max_size=3)
     ),
     max_leaves=8,
 )
 RANDOM = {
-    **dict.fromkeys(("file_id", "file_name", "content_type", "file_sha256"), st.text(max_size=300)),
+    **dict.fromkeys(("file_id", "file_name", "content_type", "file_sha256"), any_text(300)),
     # Any text, and paths on a host the settings allow (the URL check then judges the URL alone).
-    "source_url": st.text(max_size=300) | st.text(max_size=40).map(ALLOWED_HOST.__add__),
+    "source_url": any_text(300) | any_text(40).map(ALLOWED_HOST.__add__),
     "file_size": st.integers(min_value=-2, max_value=2**64),
     "options": JSON_VALUES,
     "metadata": JSON_VALUES,
@@ -112,6 +148,20 @@ def test_the_quick_path_agrees_with_the_serializer_on_each_odd_value(extractors,
     assert_agrees(extractors, with_swaps({name: value}))
 
 
+UNSTORABLE = [(name, text) for name in TEXT_FIELDS for text in UNSTORABLE_TEXT] + [
+    (name, value) for name in ("options", "metadata") for value in UNSTORABLE_JSON
+]
+
+
+@pytest.mark.parametrize(("name", "value"), UNSTORABLE)
+def test_neither_path_accepts_what_cannot_be_stored(extractors, name, value):
+    item = with_swaps({name: value})
+    assert BulkItemValidator(extractors).quick(item) is None
+    assert judged(ExtractionJobCreateSerializer(context={"extractors": extractors}), item)[0] == (
+        "refused"
+    )
+
+
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -153,6 +203,8 @@ def test_plain_items_take_the_quick_path(extractors, item):
         ({"extractor": "on", "file_id": " ", "source_url": PUBLIC_URL}, "file_id"),
         ({"extractor": "on", "file_id": "f", "source_url": "http://10.0.0.1/x"}, "source_url"),
         ({"extractor": "on", "file_id": "f", "source_url": PUBLIC_URL, "x": 1}, "x"),
+        ({"extractor": "on", "file_id": "f\ud800", "source_url": PUBLIC_URL}, "file_id"),
+        (with_swaps({"metadata": {"a": {"b": [0, 1, 2**64]}}}), "metadata"),
     ],
 )
 def test_other_items_get_the_serializers_messages(extractors, item, field):

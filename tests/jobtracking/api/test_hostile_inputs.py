@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from jobtracking.infra.storable import MAX_DEPTH
 from jobtracking.models import ExtractionJob
 from tests.factories import ExtractionJobFactory
 from tests.jobtracking.api.conftest import assert_problem
@@ -66,22 +67,26 @@ def test_json_nested_a_thousand_levels_is_refused_in_a_json_body(api, extractor)
 @pytest.mark.parametrize("field", ["metadata", "options"])
 def test_json_nested_too_deeply_is_refused_as_a_field_error(api, extractor, field):
     problem = assert_problem(
-        api.post(URL, body(**{field: nested(40)}), format="json"), 400, "validation_error"
+        api.post(URL, body(**{field: nested(MAX_DEPTH)}), format="json"), 400, "validation_error"
     )
-    assert field in problem["errors"]
+    deepest = ".".join([field, *["a"] * MAX_DEPTH])
+    assert problem["errors"] == {deepest: [f"Must nest at most {MAX_DEPTH} levels deep."]}
+    assert api.post(URL, body(**{field: nested(MAX_DEPTH - 1)}), format="json").status_code == 201
 
 
 def test_json_nested_too_deeply_is_refused_in_multipart_and_bulk(api, extractor):
     form = {**body(file_id="m"), "metadata": "[" * 1000 + "]" * 1000}
     assert_problem(api.post(URL, form), 400, "validation_error")
-    items = [body(metadata=nested(40))]
+    items = [body(metadata=nested(MAX_DEPTH))]
     assert api.post(URL + "bulk/", {"jobs": items}, format="json").json()["failed"] == 1
 
 
 def test_a_lone_surrogate_in_metadata_is_a_validation_error(api, extractor):
     text = json.dumps(body())[:-1] + ', "metadata": {"note": "\\ud800"}}'
     problem = assert_problem(post_raw(api, text), 400, "validation_error")
-    assert "metadata" in problem["errors"]
+    assert problem["errors"] == {
+        "metadata.note": ["Must be valid Unicode text (no lone surrogates)."]
+    }
     assert not ExtractionJob.objects.exists()
 
 

@@ -145,7 +145,7 @@ def test_create_conflict_with_an_active_job_names_it(api, owner, extractor):
         ({"file_sha256": "XYZ"}, "file_sha256"),
         ({"extractor": "sand\x00box"}, "extractor"),
         ({"file_id": "a\x00b"}, "file_id"),
-        ({"metadata": {"k": "nul\x00here"}}, "metadata"),
+        ({"metadata": {"k": "nul\x00here"}}, "metadata.k"),
     ],
 )
 def test_create_bad_input_gives_field_errors_and_creates_nothing(api, extractor, overrides, field):
@@ -269,21 +269,26 @@ def test_an_empty_bulk_create_is_refused_in_plain_english(api):
     assert problem["errors"]["jobs"] == ["Send at least 1 job."]
 
 
-@pytest.mark.parametrize(
-    ("item", "message"),
-    [
-        (1, "Must be a JSON object."),
-        ("job", "Must be a JSON object."),
-        (["a"], "Must be a JSON object."),
-        (None, "Must be a JSON object, not null."),
-    ],
-)
-def test_a_bulk_item_that_is_not_an_object_is_refused_by_its_path(api, extractor, item, message):
-    problem = assert_problem(
-        api.post(URL + "bulk/", {"jobs": [body(), item]}, format="json"), 400, "validation_error"
-    )
-    assert problem["errors"] == {"jobs.1": [message]}
-    assert not ExtractionJob.objects.exists()
+@pytest.mark.parametrize("item", [1, "job", ["a"], None, True])
+def test_a_bulk_item_that_is_not_an_object_fails_alone_under_its_index(api, extractor, item):
+    response = api.post(URL + "bulk/", {"jobs": [body(), item]}, format="json")
+    assert response.status_code == 200, response.content
+    created, refused = response.json()["results"]
+    assert created["status"] == "created"
+    assert refused == {
+        "index": 1,
+        "status": "error",
+        "job": None,
+        "error": {
+            "errors": {"non_field_errors": ["Must be a JSON object of a job's fields."]},
+            "type": "/api/problems/validation_error",
+            "title": "Bad request",
+            "status": 400,
+            "code": "validation_error",
+            "detail": "The item is invalid.",
+        },
+    }
+    assert ExtractionJob.objects.get().file_id == body()["file_id"]
 
 
 # Priority

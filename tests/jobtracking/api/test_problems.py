@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobtracking import errors
+from jobtracking.api.errors import problem_body
 from jobtracking.api.pagination import InvalidCursorError
 from jobtracking.api.problems import PROBLEMS
 from jobtracking.models import ApiToken, ExtractionJob
@@ -66,6 +67,14 @@ def test_service_validation_errors_are_lists_too(api, extractor):
     response = api.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY="k" * 300)
     problem = assert_problem(response, 400, "validation_error")
     assert problem["errors"] == {"Idempotency-Key": ["At most 255 characters."]}
+
+
+def test_a_problem_body_writes_the_client_text_it_echoes_as_unicode():
+    body = problem_body(
+        400, "validation_error", "No '\ud800'.", errors={"k\ud800": ["a\x00"]}, limit=5
+    )
+    assert body["detail"] == "No '\ufffd'."
+    assert (body["errors"], body["limit"]) == ({"k\ufffd": ["a\ufffd"]}, 5)
 
 
 def test_a_known_token_costs_no_query_and_a_revoked_one_stops_within_the_cache_time(
