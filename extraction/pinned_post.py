@@ -7,7 +7,8 @@ delivery lane sends thousands of POSTs a minute, and `http.client` cost each abo
 the CPU of the socket calls themselves, urllib3's pool twice that again (docs/performance.md).
 What the lane needs is here: a connect timeout apart from the answer's, connections kept alive
 per receiver and dropped once the receiver has closed them or an answer was not read to its
-end, and no retry, proxy or redirect.
+end (and never more of them, or idle for longer, than the settings say: `_Idle`), and no retry,
+proxy or redirect.
 """
 
 import functools
@@ -139,11 +140,82 @@ class _Connection:
             self.sock = None
 
 
-# Idle kept-alive connections by (scheme, host, port, address), so that many POSTs to one
-# receiver reuse theirs; the receiver used least recently is closed past `MAX_RECEIVERS`.
-MAX_RECEIVERS = 64
-_idle: OrderedDict[tuple, list[_Connection]] = OrderedDict()
-_idle_lock = threading.Lock()
+class _Idle:
+    """Kept-alive connections waiting for their next POST, by receiver (`Target.connects_to`),
+    so that many POSTs to one receiver reuse theirs. Bounded, since each holds a socket (and
+    the receiver's resources): at most `WEBHOOK_CONCURRENCY` a receiver (no round uses more),
+    `WEBHOOK_IDLE_CONNECTIONS` in all (the longest idle closed first), none idle longer than
+    `WEBHOOK_IDLE_SECONDS` (`close_expired`, which the lane calls after each round, and every
+    take or keep)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_receiver: dict[tuple, list[_Connection]] = {}
+        # Every idle connection, the longest idle first, with when it became idle.
+        self.since: OrderedDict[_Connection, float] = OrderedDict()
+
+    def take(self, target: Target) -> _Connection:
+        key = target.connects_to
+        with self.lock:
+            closing = self._expired()
+            idle, found = self.by_receiver.get(key, []), None
+            while idle and found is None:
+                connection = idle.pop()
+                del self.since[connection]
+                if _closed_by_peer(connection.sock):
+                    closing.append(connection)
+                else:
+                    found = connection
+            if not idle:
+                self.by_receiver.pop(key, None)
+        _close(closing)
+        return found or _Connection(target)
+
+    def keep(self, target: Target, connection: _Connection) -> None:
+        with self.lock:
+            closing = self._expired()
+            idle = self.by_receiver.setdefault(target.connects_to, [])
+            idle.append(connection)
+            self.since[connection] = time.monotonic()
+            if len(idle) > settings.WEBHOOK_CONCURRENCY:
+                closing.append(self._drop(idle[0]))
+            while len(self.since) > settings.WEBHOOK_IDLE_CONNECTIONS:
+                closing.append(self._drop(next(iter(self.since))))
+        _close(closing)
+
+    def close_expired(self) -> None:
+        with self.lock:
+            closing = self._expired()
+        _close(closing)
+
+    def _expired(self) -> list[_Connection]:
+        too_old = time.monotonic() - settings.WEBHOOK_IDLE_SECONDS
+        expired = []
+        while self.since and next(iter(self.since.values())) <= too_old:
+            expired.append(self._drop(next(iter(self.since))))
+        return expired
+
+    def _drop(self, connection: _Connection) -> _Connection:
+        del self.since[connection]
+        idle = self.by_receiver[connection.target.connects_to]
+        idle.remove(connection)
+        if not idle:
+            del self.by_receiver[connection.target.connects_to]
+        return connection
+
+
+def _close(connections: list[_Connection]) -> None:
+    # Outside the lock: a TLS connection's close may write its alert.
+    for connection in connections:
+        connection.close()
+
+
+_idle = _Idle()
+
+
+def close_expired() -> None:
+    """Close the connections idle longer than `WEBHOOK_IDLE_SECONDS`."""
+    _idle.close_expired()
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -152,31 +224,6 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(0))
-
-
-def _taken(target: Target) -> _Connection:
-    with _idle_lock:
-        idle = _idle.get(target.connects_to, [])
-        while idle:
-            connection = idle.pop()
-            if not _closed_by_peer(connection.sock):
-                return connection
-            connection.close()
-    return _Connection(target)
-
-
-def _kept(target: Target, connection: _Connection) -> None:
-    key = target.connects_to
-    with _idle_lock:
-        idle = _idle.setdefault(key, [])
-        _idle.move_to_end(key)
-        idle.append(connection)
-        closing = idle[settings.WEBHOOK_CONCURRENCY :]
-        del idle[settings.WEBHOOK_CONCURRENCY :]
-        while len(_idle) > MAX_RECEIVERS:
-            closing += _idle.popitem(last=False)[1]
-    for spare in closing:
-        spare.close()
 
 
 def _request(target: Target, body: bytes, headers: dict[str, str]) -> bytes:
@@ -274,25 +321,34 @@ def _read(sock: socket.socket, deadline: float, reading: _Reading) -> None:
 
 
 def post(
-    target: Target, *, body: bytes, headers: dict[str, str], timeout: tuple[float, float]
+    target: Target,
+    *,
+    body: bytes,
+    headers: dict[str, str],
+    timeout: tuple[float, float],
+    deadline: float | None = None,
 ) -> Answer:
     """POST to a checked target: the answer, read within the second timeout (the first is the
-    connection's). Failures raise `ConnectError`, `OSError` (timeouts, TLS and `Disconnected`
-    included) or `BadAnswer`."""
+    connection's), and all of it by `deadline` (a `time.monotonic()` time) if one is given.
+    Failures raise `ConnectError`, `OSError` (timeouts, TLS and `Disconnected` included) or
+    `BadAnswer`."""
     connect_timeout, read_timeout = timeout
-    connection = _taken(target)
+    if deadline is not None:
+        connect_timeout = min(connect_timeout, deadline - time.monotonic())
+    connection = _idle.take(target)
     try:
         if connection.sock is None:
-            connection.open(connect_timeout)
-        deadline = time.monotonic() + read_timeout
-        connection.sock.settimeout(read_timeout)
+            connection.open(max(connect_timeout, 0.001))
+        read_deadline = time.monotonic() + read_timeout
+        deadline = read_deadline if deadline is None else min(deadline, read_deadline)
+        connection.sock.settimeout(max(deadline - time.monotonic(), 0.001))
         connection.sock.sendall(_request(target, body, headers))
         answer, reusable = _answer(connection.sock, deadline)
     except BaseException:
         connection.close()
         raise
     if reusable:
-        _kept(target, connection)
+        _idle.keep(target, connection)
     else:
         connection.close()
     return answer

@@ -7,9 +7,11 @@ the subscription's `secret_version` (bump it to rotate), and shown to staff once
 """
 
 import base64
+import contextlib
 import errno
 import hashlib
 import hmac
+import logging
 import socket
 import ssl
 import time
@@ -20,18 +22,22 @@ from urllib.parse import urlsplit
 
 import orjson
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from extraction import pinned_post
 from extraction.pinned_post import BadAnswer, ConnectError, ConnectTimeout, checked_target
 from extraction.urlsafety import UnsafeURLError
 from jobtracking.infra.ids import uuid7
+from jobtracking.infra.storable import safe_json, safe_text
 from jobtracking.models import (
     JobEvent,
     WebhookDelivery,
     WebhookSubscription,
 )
 from jobtracking.representation import moment
+
+logger = logging.getLogger(__name__)
 
 # Waits before each retry; after the last one the delivery is dead (about 31 hours in all).
 RETRY_SCHEDULE = (
@@ -49,6 +55,16 @@ EXCERPT_BYTES = 1024
 TEST_EVENT_TYPE = "webhook.test"
 # Receivers see who calls them (and may allow-list it), not an HTTP library's default.
 USER_AGENT = f"fluxx-extraction-jobs/{version('extraction-job-tracking')}"
+# What a test event's caller reads when it failed, whatever the cause: telling a refused
+# connection from a timeout or a port that does not speak HTTP would make the test a port
+# scanner (the logs keep the cause).
+TEST_FAILED = "The receiver did not answer with HTTP 2xx"
+# Advisory lock namespace ("hook") of a subscription's test; the second key is its id.
+TEST_LOCK = 0x686F6F6B
+
+
+class SubscriptionTestRunningError(Exception):
+    """A test event to this subscription is on its way: one at a time (`send_test_event`)."""
 
 
 class Outcome(NamedTuple):
@@ -60,6 +76,9 @@ class Outcome(NamedTuple):
     error: str
     attempted_at: datetime | None = None  # None: now, when it is recorded
     duration_ms: int = 0
+    # The delivery's own fault (its subscription's settings, its body, a bug), not its
+    # receiver's: counted as its attempt, never as its receiver being down.
+    unsendable: bool = False
 
 
 def subscription_secret(subscription: WebhookSubscription) -> str:
@@ -78,19 +97,30 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def wants(subscription: WebhookSubscription, event_type: str, requester: int | None) -> bool:
+def wants(
+    subscription: WebhookSubscription, event_type: str, requester: int | None, reaches_all: bool
+) -> bool:
     """Whether the subscription receives this event: of a type it asked for, of a job its owner
-    may see (`selectors.visible`'s rule, fixed when the subscription was saved: `all_jobs`)."""
+    may see (`selectors.visible`'s rule: their own, or every one if `reaches_all`, which
+    `services.deliveries.reaches_all_sql` says)."""
     return (not subscription.event_types or event_type in subscription.event_types) and (
-        subscription.all_jobs or requester == subscription.created_by_id
+        reaches_all or requester == subscription.created_by_id
     )
 
 
 def _message(event_type: str, timestamp, data: dict) -> bytes:
     """The body every webhook carries: `{"type", "timestamp", "data"}`, the timestamp written
     as the API writes moments; compact UTF-8 (orjson: a tenth of the standard library's time
-    for a job's payload, sent thousands of times a minute)."""
-    return orjson.dumps({"type": event_type, "timestamp": moment(timestamp), "data": data})
+    for a job's payload, sent thousands of times a minute). Data orjson cannot write (an
+    integer past 64 bits that a job's metadata held before the API refused them) is sent made
+    safe (`storable.safe_json`: such a number as its decimal text), rather than never."""
+    message = {"type": event_type, "timestamp": moment(timestamp), "data": data}
+    try:
+        return orjson.dumps(message)
+    except orjson.JSONEncodeError:
+        message["data"], changes = safe_json(data)
+        logger.warning("webhook %s: data made safe to send: %s", event_type, "; ".join(changes))
+        return orjson.dumps(message)
 
 
 def delivery_body(event: JobEvent) -> bytes:
@@ -121,8 +151,10 @@ class Receiver:
         except UnsafeURLError as unsafe:
             self.unsafe = f"UnsafeURL: {unsafe.message}"
 
-    def post(self, message_id: str, body: bytes) -> Outcome:
-        """POST a signed body; never raises for the receiver's faults."""
+    def post(self, message_id: str, body: bytes, deadline: float | None = None) -> Outcome:
+        """POST a signed body (all of it by `deadline`, a `time.monotonic()` time, if given);
+        never raises for the receiver's faults. What the receiver said is made storable
+        (`storable.safe_text`): its answer is recorded with its neighbours' in one statement."""
         timestamp = int(time.time())
         signature = sign(self.secret, message_id, timestamp, body)
         headers = delivery_headers(message_id, str(timestamp), signature)
@@ -135,6 +167,7 @@ class Receiver:
                     body=body,
                     headers=headers,
                     timeout=(settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT),
+                    deadline=deadline,
                 )
                 excerpt = answered[:EXCERPT_BYTES].decode("utf-8", "replace")
         except (BadAnswer, OSError) as failure:
@@ -142,7 +175,7 @@ class Receiver:
         if status is not None and not is_delivered(status):
             error = f"HTTP {status} from {receiver_address(self.url)}"
         duration_ms = round((time.monotonic() - started) * 1000)
-        return Outcome(status, excerpt, error, attempted_at, duration_ms)
+        return Outcome(status, safe_text(excerpt), safe_text(error), attempted_at, duration_ms)
 
 
 def post_signed(subscription: WebhookSubscription, message_id: str, body: bytes) -> Outcome:
@@ -154,6 +187,18 @@ def send(delivery: WebhookDelivery, receiver: Receiver | None = None) -> Outcome
     event = delivery.event
     receiver = receiver or Receiver(delivery.subscription)
     return receiver.post(str(event.event_id), delivery_body(event))
+
+
+def unsendable(error: Exception) -> Outcome:
+    """A delivery's attempt that failed on our side (`Outcome.unsendable`), named by the
+    exception's type alone: its message may hold the URL's secrets."""
+    return Outcome(
+        None,
+        "",
+        f"Unsendable: {type(error).__name__} while sending this delivery (not the receiver's "
+        "answer; retried on its schedule)",
+        unsendable=True,
+    )
 
 
 def receiver_address(url: str) -> str:
@@ -214,7 +259,38 @@ def is_receiver_down(status: int | None) -> bool:
 
 def send_test_event(subscription: WebhookSubscription) -> Outcome:
     """A signed `webhook.test` message sent at once and recorded nowhere: staff and clients
-    check that the receiver answers and verifies signatures before real events flow."""
+    check that the receiver answers and verifies signatures before real events flow.
+
+    It holds the caller's web worker, so it is bounded: `WEBHOOK_TEST_TIMEOUT` for the whole
+    POST, and one test at a time per subscription across every web process (else
+    `SubscriptionTestRunningError`). A failure reads `TEST_FAILED` (with the status if the receiver
+    answered in HTTP) whatever its cause; the log keeps the cause."""
     data = {"subscription_id": subscription.pk, "message": "A test event; no job is involved."}
     body = _message(TEST_EVENT_TYPE, timezone.now(), data)
-    return post_signed(subscription, f"msg_test_{uuid7()}", body)
+    deadline = time.monotonic() + settings.WEBHOOK_TEST_TIMEOUT
+    with _only_test_of(subscription):
+        outcome = Receiver(subscription).post(f"msg_test_{uuid7()}", body, deadline)
+    if not outcome.error:
+        return outcome
+    logger.info("webhook test to subscription %s: %s", subscription.pk, outcome.error)
+    answered = f" (HTTP {outcome.status})" if outcome.status is not None else ""
+    return outcome._replace(error=TEST_FAILED + answered)
+
+
+@contextlib.contextmanager
+def _only_test_of(subscription: WebhookSubscription):
+    """Hold the subscription's test lock, or raise `SubscriptionTestRunningError`. A transaction's
+    advisory lock (PostgreSQL): it holds no row and writes nothing, and it ends with its
+    transaction whatever happens, also behind a transaction-pooling PgBouncer. (SQLite, the
+    one-machine demo, has none: its tests are bounded in time only.)"""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_try_advisory_xact_lock(%s, %s)", [TEST_LOCK, subscription.pk]
+                )
+                if not cursor.fetchone()[0]:
+                    raise SubscriptionTestRunningError(
+                        f"A test event to webhook endpoint {subscription.pk} is on its way."
+                    )
+        yield

@@ -336,6 +336,12 @@ WEBHOOK_CONCURRENCY = int(os.environ.get("WEBHOOK_CONCURRENCY", "16"))
 WEBHOOK_LANE_IDLE_SECONDS = float(os.environ.get("WEBHOOK_LANE_IDLE_SECONDS", "0.2"))
 # Added to the lane process's niceness: deliveries yield the CPU to job work (0: equal share).
 WEBHOOK_LANE_NICENESS = int(os.environ.get("WEBHOOK_LANE_NICENESS", "10"))
+# Kept-alive connections to receivers waiting for their next POST, in all (the longest idle
+# closed first), and how long one may wait: each holds a socket here and at the receiver.
+WEBHOOK_IDLE_CONNECTIONS = int(os.environ.get("WEBHOOK_IDLE_CONNECTIONS", "64"))
+WEBHOOK_IDLE_SECONDS = float(os.environ.get("WEBHOOK_IDLE_SECONDS", "30"))
+# A test event's whole POST (connection and answer): it holds a web worker meanwhile.
+WEBHOOK_TEST_TIMEOUT = float(os.environ.get("WEBHOOK_TEST_TIMEOUT", "5"))
 
 
 # Retention: terminal jobs (with their history, results and events) are purged this many days

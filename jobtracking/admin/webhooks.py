@@ -31,6 +31,7 @@ from jobtracking.selectors import VIEW_ALL, visible
 from jobtracking.services.deliveries import delivery_retry
 from jobtracking.services.subscriptions import subscription_rotate_secret
 from jobtracking.webhooks import (
+    SubscriptionTestRunningError,
     delivery_body,
     delivery_headers,
     is_delivered,
@@ -144,7 +145,15 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         record(request, [subscription], f"Secret rotated (version {subscription.secret_version}).")
 
     def _send_test(self, request, subscription: WebhookSubscription) -> None:
-        outcome = send_test_event(subscription)
+        try:
+            outcome = send_test_event(subscription)
+        except SubscriptionTestRunningError:
+            self.message_user(
+                request,
+                f"A test event to {subscription.url} is already on its way: one at a time.",
+                messages.WARNING,
+            )
+            return
         said = outcome.error or f"HTTP {outcome.status}"
         self.message_user(
             request,

@@ -3,11 +3,12 @@
 signed test event; read the deliveries with every attempt; send one again. Another client's
 endpoint does not exist for the caller (404 `webhook_endpoint_not_found`)."""
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
@@ -33,7 +34,11 @@ from jobtracking.services.subscriptions import (
     subscription_rotate_secret,
     subscription_update,
 )
-from jobtracking.webhooks import send_test_event, subscription_secret
+from jobtracking.webhooks import (
+    SubscriptionTestRunningError,
+    send_test_event,
+    subscription_secret,
+)
 
 VIEW = "jobtracking.view_webhooksubscription"
 CHANGE = "jobtracking.change_webhooksubscription"
@@ -131,9 +136,13 @@ class WebhookEndpointViewSet(ClientRowsViewSet):
     def rows(self, *, user):
         return webhook_endpoint_list(user=user)
 
-    def _input(self, **kwargs) -> dict:
+    def _input(self, subscription: WebhookSubscription | None = None) -> dict:
+        """The fields to save: all of a new endpoint's, or those to change of `subscription`."""
         serializer = WebhookEndpointInputSerializer(
-            data=self.request.data, context={"request": self.request}, **kwargs
+            subscription,
+            data=self.request.data,
+            partial=subscription is not None,
+            context={"request": self.request},
         )
         serializer.is_valid(raise_exception=True)
         return serializer.fields_to_save()
@@ -167,7 +176,7 @@ class WebhookEndpointViewSet(ClientRowsViewSet):
     )
     def partial_update(self, request, pk=None):
         subscription = self.get_object()
-        fields = self._input(partial=True)
+        fields = self._input(subscription)
         try:
             subscription_update(subscription=subscription, **fields)
         except DjangoValidationError as error:
@@ -196,8 +205,10 @@ class WebhookEndpointViewSet(ClientRowsViewSet):
     @extend_schema(
         summary="Send a test event",
         description="POST a `webhook.test` event to the endpoint now, signed as every delivery "
-        "is, and answer how it went (the receiver's status, or what failed, with its cause and "
-        "host). Nothing is recorded or retried; a disabled endpoint is sent it too.",
+        "is, and answer how it went: whether the receiver answered 2xx within a few seconds, "
+        "with its status and the start of its answer if it answered in HTTP; a failure says "
+        "nothing more. One test at a time per endpoint (429 `throttled` while one is on its "
+        "way). Nothing is recorded or retried; a disabled endpoint is sent it too.",
         request=None,
         responses={200: WebhookTestResultSerializer},
         parameters=[ENDPOINT_ID],
@@ -206,7 +217,10 @@ class WebhookEndpointViewSet(ClientRowsViewSet):
     def test(self, request, pk=None):
         subscription = self.get_object()
         self._no_body()
-        outcome = send_test_event(subscription)
+        try:
+            outcome = send_test_event(subscription)
+        except SubscriptionTestRunningError as running:
+            raise Throttled(wait=settings.WEBHOOK_TEST_TIMEOUT, detail=str(running)) from None
         return Response(WebhookTestResultSerializer(WebhookTestResultSerializer.of(outcome)).data)
 
     @extend_schema(

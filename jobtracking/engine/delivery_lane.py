@@ -18,6 +18,12 @@ one autogroup, which it makes per session: a dispatcher and its workers started 
 their own (`make run`, a terminal each) share the CPU as equals whatever their niceness. So the
 lane leads a session of its own and gives its group the same niceness, where the kernel has
 autogroups; under a cgroup (systemd, a container) its niceness counts within the dispatcher's.
+
+One delivery's fault is its own: what goes wrong while building or sending it (its body, its
+subscription's settings, a bug) is its failed attempt, not counted against its receiver's
+circuit (`_attempt`); a round's record that fails is made one by one (`deliveries_record`). Any
+other error a round meets is logged and counted, and the next round follows after a short
+backoff; a lane that ends all the same is started again by its dispatcher.
 """
 
 import contextlib
@@ -35,19 +41,31 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
-from jobtracking.models import ReceiverHealth, WebhookDelivery
+from extraction import pinned_post
+from jobtracking.infra.metrics import DELIVERY_ERRORS, LOOP_ERRORS
+from jobtracking.models import ReceiverHealth, WebhookDelivery, WebhookSubscription
 from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.deliveries import (
     deliveries_claim_due,
     deliveries_record,
     deliveries_release,
 )
-from jobtracking.webhooks import Outcome, Receiver, is_delivered, is_receiver_down, send
+from jobtracking.webhooks import (
+    Outcome,
+    Receiver,
+    is_delivered,
+    is_receiver_down,
+    send,
+    unsendable,
+)
 
 logger = logging.getLogger(__name__)
 
 # A round adds a sender when none of its POSTs has finished for this long (`_sent`).
 SENDER_RAMP_SECONDS = 0.005
+# After a round that failed: this, doubled each time in a row, at most `BACKOFF_MAX_SECONDS`.
+BACKOFF_FIRST_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 10.0
 
 
 def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
@@ -55,11 +73,13 @@ def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
     deliveries, health = deliveries_claim_due(limit=limit, lease=lease)
     # Each receiver's secret and SSRF check once a round, on the pool: a named host's resolves.
     subscriptions = {d.subscription_id: d.subscription for d in deliveries}
-    found = _pool().map(Receiver, subscriptions.values())
+    found = _pool().map(_receiver, subscriptions.values())
     receivers = dict(zip(subscriptions, found, strict=True))
     outcomes = _sent(deliveries, receivers)
     tallies = defaultdict(Tally)
     for delivery, outcome in zip(deliveries, outcomes, strict=True):
+        if outcome.unsendable:
+            continue  # ours, not the receiver's: its circuit hears nothing of it
         if is_receiver_down(outcome.status):
             tallies[delivery.subscription_id].failed(str(delivery.pk), outcome.error)
         elif is_delivered(outcome.status):
@@ -67,14 +87,46 @@ def deliveries_send_due(*, limit: int, lease: timedelta) -> int:
     holding = circuits_report(ReceiverHealth, tallies, health, deliveries_release)
     deliveries_record(
         [
-            (delivery, outcome, holding.get(delivery.subscription_id))
+            (
+                delivery,
+                outcome,
+                None if outcome.unsendable else holding.get(delivery.subscription_id),
+            )
             for delivery, outcome in zip(deliveries, outcomes, strict=True)
         ]
     )
     return len(deliveries)
 
 
-def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> list[Outcome]:
+def _receiver(subscription: WebhookSubscription) -> Receiver | Exception:
+    """The subscription as this round's POSTs need it, or why it cannot be (a URL its guard
+    cannot even read, say): its deliveries' failed attempts, not the round's."""
+    try:
+        return Receiver(subscription)
+    except Exception as error:
+        _delivery_error("subscription %s cannot be sent to", subscription.pk)
+        return error
+
+
+def _attempt(delivery: WebhookDelivery, receiver: Receiver | Exception) -> Outcome:
+    """One delivery's POST; whatever fails on our side is its own failed attempt."""
+    if isinstance(receiver, Exception):  # logged once, by `_receiver`
+        return unsendable(receiver)
+    try:
+        return send(delivery, receiver)
+    except Exception as error:
+        _delivery_error("delivery %s cannot be sent", delivery.pk)
+        return unsendable(error)
+
+
+def _delivery_error(message: str, *args) -> None:
+    logger.exception(f"delivery lane: {message}", *args)
+    DELIVERY_ERRORS.labels("send").inc()
+
+
+def _sent(
+    deliveries: list[WebhookDelivery], receivers: dict[int, Receiver | Exception]
+) -> list[Outcome]:
     """Each delivery's outcome, POSTed by up to `WEBHOOK_CONCURRENCY` threads taking them in
     turn (a future each cost the lane about as much CPU as its POST). Another sender is added
     only when no POST has finished in the last `SENDER_RAMP_SECONDS`: a receiver that answers
@@ -88,7 +140,7 @@ def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> 
                 index, delivery = waiting.popleft()
             except IndexError:  # none left
                 return
-            outcomes[index] = send(delivery, receivers[delivery.subscription_id])
+            outcomes[index] = _attempt(delivery, receivers[delivery.subscription_id])
 
     senders, finished = [_pool().submit(send_waiting)], 0
     while waiting and len(senders) < settings.WEBHOOK_CONCURRENCY:
@@ -99,6 +151,11 @@ def _sent(deliveries: list[WebhookDelivery], receivers: dict[int, Receiver]) -> 
     for sender in senders:
         sender.result()
     return outcomes
+
+
+def backoff(failures: int) -> float:
+    """The wait after `failures` failed rounds in a row."""
+    return min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2 ** (failures - 1))
 
 
 def _lower_priority(niceness: int) -> None:
@@ -119,8 +176,8 @@ def _pool() -> ThreadPoolExecutor:
 
 class DeliveryLane:
     """The lane's process: rounds back to back while deliveries are due, a short sleep when
-    none is; database outages ridden out with capped backoff. It ends when its dispatcher asks
-    or dies."""
+    none is; a round that fails (a database outage, a bug) ridden out with capped backoff. It
+    ends when its dispatcher asks or dies."""
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("fork")
@@ -139,25 +196,40 @@ class DeliveryLane:
         if self.process.is_alive():
             self.process.kill()
 
+    def is_alive(self) -> bool:
+        return self.process.is_alive()
+
     def _run(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_IGN)  # the dispatcher stops the lane
         _lower_priority(settings.WEBHOOK_LANE_NICENESS)
-        dispatcher = os.getppid()
+        self.rounds(dispatcher=os.getppid())
+
+    def rounds(self, *, dispatcher: int) -> None:
+        """Rounds until asked to stop or `dispatcher` is gone. A round that fails is logged
+        (and counted, unless the database failed) and followed by another after a backoff; the
+        deliveries it claimed go again once their lease has run out."""
         lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
         failures = 0
         while not self.stopping.is_set() and os.getppid() == dispatcher:
             try:
                 sent = deliveries_send_due(limit=settings.WEBHOOK_LANE_BATCH_SIZE, lease=lease)
                 failures = 0
+                pinned_post.close_expired()
                 if sent < settings.WEBHOOK_LANE_BATCH_SIZE:
                     # Caught up: the next round takes what comes meanwhile, so that a steady
                     # flow goes in few full rounds rather than many of a delivery or two.
                     self.stopping.wait(settings.WEBHOOK_LANE_IDLE_SECONDS)
+                continue
             except DatabaseError as error:
                 failures += 1
-                wait = min(10.0, 0.5 * 2**failures)
+                wait = backoff(failures)
                 logger.warning("delivery lane: database error (%s); retrying in %.1fs", error, wait)
-                connection.close()
-                self.stopping.wait(wait)
+            except Exception:
+                failures += 1
+                wait = backoff(failures)
+                logger.exception("delivery lane: a round failed; retrying in %.1fs", wait)
+                LOOP_ERRORS.labels("delivery_lane").inc()
+            connection.close()  # whatever state the failure left it in
+            self.stopping.wait(wait)
         connection.close()

@@ -1,6 +1,8 @@
 """The dispatcher hands out all job work. It claims jobs whose due_at has passed and enqueues
 one `process_jobs` task per batch of one extractor's jobs. Beside it, a child process runs the
-webhook delivery lane (`jobtracking.engine.delivery_lane`), which never goes through the broker.
+webhook delivery lane (`jobtracking.engine.delivery_lane`), which never goes through the broker
+(and which the dispatcher starts again if it ends unasked). Whatever error a round meets, the
+loop logs it and goes on after a short backoff.
 A new job wakes it at once (PostgreSQL `NOTIFY`, see `jobtracking.engine.wakeup`); otherwise it
 looks every `JOBS_DISPATCH_IDLE_SECONDS`.
 
@@ -27,10 +29,11 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 
 from jobtracking import states
-from jobtracking.engine.delivery_lane import DeliveryLane, deliveries_send_due
+from jobtracking.engine.delivery_lane import DeliveryLane, backoff, deliveries_send_due
 from jobtracking.engine.priorities import round_robin, split
 from jobtracking.engine.queue import enqueue_batch
 from jobtracking.engine.wakeup import Listener
+from jobtracking.infra.metrics import LANE_RESTARTS, LOOP_ERRORS
 from jobtracking.models import (
     ACTIVE_STATUS,
     REQUESTER_KEY,
@@ -47,6 +50,9 @@ BACKPRESSURE_POLL_SECONDS = 0.05
 # A lane round still waiting for its POSTs then is cut short: its deliveries go again after the
 # dispatch lease.
 LANE_STOP_SECONDS = 5.0
+# A lane that ended unasked is started again, at most this often (one that cannot start does
+# not make the dispatcher fork in a loop).
+LANE_RESTART_SECONDS = 1.0
 # Each cluster says how many workers it has (heartbeats of this kind, see `run_cluster`).
 WORKERS = "workers"
 WORKERS_BEAT_SECONDS = 10.0
@@ -139,6 +145,7 @@ class Dispatcher:
         self.name = f"dispatcher@{socket.gethostname()}:{os.getpid()}"
         self.stopping = False
         self.lane = DeliveryLane()
+        self.lane_started_at = 0.0
         self.claimed_total = 0
         self.last_beat = 0.0
         self.held_back = False
@@ -158,11 +165,12 @@ class Dispatcher:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         # Webhook deliveries in their own lane: a backlog of them never holds job claims.
-        self.lane.start()
+        self.start_lane()
         listener = Listener()
         failures = 0
         while not self.stopping:
             try:
+                self.keep_lane()
                 claimed = self.tick()
                 if self.held_back:
                     # Due work waits for room in the broker: look again as soon as a worker
@@ -176,12 +184,39 @@ class Dispatcher:
                 # PostgreSQL restarted or unreachable: drop the broken connection and retry
                 # with capped backoff; nothing was claimed by the failed transaction.
                 failures += 1
-                wait = min(10.0, 0.5 * 2**failures)
+                wait = backoff(failures)
                 logger.warning("dispatcher: database error (%s); retrying in %.1fs", error, wait)
                 close_old_connections()
                 connection.close()
                 time.sleep(wait)
+            except Exception:
+                # A bug, or what no one foresaw: every client's work waits on this loop, so it
+                # goes on after the same backoff (jobs a failed round claimed are handed out
+                # again once their lease has run out).
+                failures += 1
+                wait = backoff(failures)
+                logger.exception("dispatcher: a round failed; retrying in %.1fs", wait)
+                LOOP_ERRORS.labels("dispatcher").inc()
+                connection.close()
+                time.sleep(wait)
         self.lane.join(timeout=LANE_STOP_SECONDS)
+
+    def start_lane(self) -> None:
+        self.lane = DeliveryLane()
+        self.lane.start()
+        self.lane_started_at = time.monotonic()
+
+    def keep_lane(self) -> None:
+        """Start the delivery lane again if it ended unasked (killed, or an error escaped it):
+        every client's webhooks wait on it."""
+        if self.lane.is_alive() or time.monotonic() - self.lane_started_at < LANE_RESTART_SECONDS:
+            return
+        logger.error(
+            "dispatcher: the delivery lane ended (exit code %s); starting it again",
+            self.lane.process.exitcode,
+        )
+        LANE_RESTARTS.inc()
+        self.start_lane()
 
     def tick(self) -> int:
         # Back-pressure: claim no further ahead of the workers than a few tasks for each of

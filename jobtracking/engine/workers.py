@@ -16,6 +16,8 @@ same lock makes the cluster's own graceful stop hang. So:
 - The cluster holds the read end of a pipe whose only write end the supervisor holds (the
   lifeline). However the supervisor dies, SIGKILL included, the pipe reaches end-of-file and the
   cluster stops itself under the same bounded rule, so no cluster outlives its supervisor.
+- The supervisor's own loop goes on whatever a check meets (a failed start included: the next
+  check finds no cluster and starts one), logging and counting the error.
 """
 
 import contextlib
@@ -34,6 +36,8 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 from django_q.conf import Conf
 from django_q.models import OrmQ
+
+from jobtracking.infra.metrics import LOOP_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -121,25 +125,35 @@ class WorkerSupervisor:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
-        self.start_cluster()
         while not self.stopping:
-            time.sleep(self.check_every)
-            if self.stopping:
-                break
-            if self.child.poll() is not None:
-                logger.error("supervisor: cluster exited (%s); restarting", self.child.returncode)
-            elif self.stalled():
-                logger.critical(
-                    "supervisor: tasks unacknowledged for over %.0fs; restarting stalled cluster",
-                    self.stall_after,
-                )
-            else:
-                continue
-            # Also when the main process exited: its workers may still be running.
-            self.kill_cluster()
-            self.restarts += 1
-            self.start_cluster()
+            try:
+                self.check()
+            except Exception:
+                logger.exception("supervisor: the check failed; checking again")
+                LOOP_ERRORS.labels("worker_supervisor").inc()
+            time.sleep(self.check_every)  # also the backoff after an error
         self.shutdown()
+
+    def check(self) -> None:
+        """Start the cluster if there is none (the first check, or a start that failed);
+        restart it if it exited or stalled."""
+        if self.child is None:
+            self.start_cluster()
+            return
+        if self.child.poll() is not None:
+            logger.error("supervisor: cluster exited (%s); restarting", self.child.returncode)
+        elif self.stalled():
+            logger.critical(
+                "supervisor: tasks unacknowledged for over %.0fs; restarting stalled cluster",
+                self.stall_after,
+            )
+        else:
+            return
+        # Also when the main process exited: its workers may still be running.
+        self.kill_cluster()
+        self.child = None  # gone: never signalled again, its group's id may be reused
+        self.restarts += 1
+        self.start_cluster()
 
     def shutdown(self) -> None:
         """SIGTERM to the cluster's main process (it stops its own workers in order; a signal to

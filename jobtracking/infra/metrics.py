@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.db.models import Count, Min
 from django.utils import timezone
-from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, Counter, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
 from extraction.metrics import EXTRACTOR_CALL_ERRORS, EXTRACTOR_CALL_SECONDS
@@ -23,6 +23,27 @@ from jobtracking.models import (
 )
 
 RECENT = timedelta(minutes=5)
+
+# Faults the long-lived processes rode out, counted in the process where they happened (as the
+# extractor call metrics: with PROMETHEUS_MULTIPROC_DIR, every process of a machine writes
+# there and `/metrics` adds them up; without it, `/metrics` shows the web process's own).
+LOOP_ERRORS = Counter(
+    "jobtracking_loop_errors_total",
+    "Unexpected errors a long-lived loop logged and went on from, by loop "
+    "(delivery_lane, dispatcher, worker_supervisor).",
+    ["loop"],
+)
+DELIVERY_ERRORS = Counter(
+    "jobtracking_webhook_delivery_errors_total",
+    "Unexpected errors kept to the deliveries they concern, by stage: send (the delivery's "
+    "attempt failed), record (its round's shared record failed; each recorded alone), ended "
+    "(its own record failed too; it is dead).",
+    ["stage"],
+)
+LANE_RESTARTS = Counter(
+    "jobtracking_delivery_lane_restarts_total",
+    "Delivery lane processes a dispatcher started again after they ended unasked.",
+)
 
 
 class DatabaseCollector:
@@ -106,6 +127,12 @@ def render() -> bytes:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.MultiProcessCollector(registry)
     else:
-        registry.register(EXTRACTOR_CALL_SECONDS)
-        registry.register(EXTRACTOR_CALL_ERRORS)
+        for metric in (
+            EXTRACTOR_CALL_SECONDS,
+            EXTRACTOR_CALL_ERRORS,
+            LOOP_ERRORS,
+            DELIVERY_ERRORS,
+            LANE_RESTARTS,
+        ):
+            registry.register(metric)
     return generate_latest(registry)

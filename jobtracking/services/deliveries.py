@@ -2,17 +2,24 @@
 each attempt's outcome; dead ones given a fresh schedule. `jobtracking.webhooks` signs and
 sends; the delivery lane (`jobtracking.engine.delivery_lane`) claims and sends due ones."""
 
+import contextlib
 import copy
 import functools
+import logging
 import random
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.db import InterfaceError, OperationalError, connection, models, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from jobtracking.infra.metrics import DELIVERY_ERRORS
 from jobtracking.infra.rows import (
     columns,
     insert_fields,
@@ -32,6 +39,7 @@ from jobtracking.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from jobtracking.selectors import VIEW_ALL
 from jobtracking.services.circuits import circuit_gate
 from jobtracking.webhooks import (
     RETRY_SCHEDULE,
@@ -42,6 +50,47 @@ from jobtracking.webhooks import (
     wants,
 )
 
+logger = logging.getLogger(__name__)
+
+# The database failing as a whole is no delivery's fault: the caller rides it out (the lane
+# backs off), and the round's deliveries go again once their claim has run out.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+
+
+@functools.cache
+def reaches_all_sql(subscription: str) -> str:
+    """SQL: whether the subscription (its table's alias `subscription`) receives the events of
+    every client's jobs: it says `all_jobs`, and its creator holds the view-all permission
+    now, as Django's `ModelBackend` reads it (an active user, superuser or given it directly
+    or through a group), not only when it was saved: a revoked permission stops it at the next
+    event. A subscription without a creator is an operator's (`seed_demo`, the shell): as it
+    was saved. The fan-out's both paths use it, once a subscription."""
+    user = get_user_model()
+    app_label, codename = VIEW_ALL.split(".")
+    permission = (
+        f"SELECT p.id FROM {table(Permission)} p JOIN {table(ContentType)} c "
+        f"ON c.id = p.content_type_id WHERE c.app_label = '{app_label}' "
+        f"AND p.codename = '{codename}'"
+    )
+    granted, member = user.user_permissions.through, user.groups.through
+    by_group = Group.permissions.through
+
+    def column(model, name: str) -> str:
+        return quote(model._meta.get_field(name).column)
+
+    owner = f"{subscription}.{column(WebhookSubscription, 'created_by')}"
+    return (
+        f"({subscription}.{column(WebhookSubscription, 'all_jobs')} AND ({owner} IS NULL "
+        f"OR EXISTS (SELECT 1 FROM {table(user)} u WHERE u.{quote(user._meta.pk.column)} = "
+        f"{owner} AND u.{column(user, 'is_active')} AND (u.{column(user, 'is_superuser')} "
+        f"OR EXISTS (SELECT 1 FROM {table(granted)} g WHERE g.{column(granted, 'user')} = "
+        f"{owner} AND g.{column(granted, 'permission')} IN ({permission})) "
+        f"OR EXISTS (SELECT 1 FROM {table(member)} m JOIN {table(by_group)} gp "
+        f"ON gp.{column(by_group, 'group')} = m.{column(member, 'group')} "
+        f"WHERE m.{column(member, 'user')} = {owner} "
+        f"AND gp.{column(by_group, 'permission')} IN ({permission}))))))"
+    )
+
 
 def deliveries_fan_out(events: list[JobEvent]) -> None:
     """One pending delivery per (event, matching active subscription), due at once. Call inside
@@ -49,7 +98,12 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     (`jobtracking.engine.delivery_lane`) sends them."""
     if not events:
         return
-    subscriptions = list(WebhookSubscription.objects.filter(active=True))
+    reaches_all = RawSQL(
+        reaches_all_sql(table(WebhookSubscription)), [], output_field=models.BooleanField()
+    )
+    subscriptions = list(
+        WebhookSubscription.objects.filter(active=True).annotate(reaches_all=reaches_all)
+    )
     if not subscriptions:
         return
     # Whose each event is: its job's requester, or its batch's.
@@ -67,7 +121,7 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
         _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
         for event in events
         for sub in subscriptions
-        if wants(sub, event.type, requesters.get(event.job_id or event.batch_id))
+        if wants(sub, event.type, requesters.get(event.job_id or event.batch_id), sub.reaches_all)
     )
 
 
@@ -87,12 +141,16 @@ def fan_out_statement(events: str, jobs: str) -> str:
     return (
         f"INSERT INTO {table(WebhookDelivery)} ({meta.get_field('event').column}, "
         f"{meta.get_field('subscription').column}, {columns(fields)}) "
+        # The active subscriptions, each one's reach once (not once per event and
+        # subscription, as the planner would if the subquery were merged into the join).
+        f"WITH s AS MATERIALIZED (SELECT s.id, s.event_types, s.created_by_id, "
+        f"{reaches_all_sql('s')} AS reaches_all FROM {table(WebhookSubscription)} s "
+        "WHERE s.active) "
         f"SELECT e.id, s.id, t.* FROM {events} e JOIN {jobs} j ON j.id = e.job_id "
-        f"JOIN {table(WebhookSubscription)} s ON s.active "
         # `wants`: no event types means every type; a job its owner may see.
-        "AND (s.event_types IN ('[]'::jsonb, 'null'::jsonb) "
+        "JOIN s ON (s.event_types IN ('[]'::jsonb, 'null'::jsonb) "
         "OR jsonb_exists(s.event_types, e.type)) "
-        "AND (s.all_jobs OR s.created_by_id IS NOT DISTINCT FROM j.requested_by_id) "
+        "AND (s.reaches_all OR s.created_by_id IS NOT DISTINCT FROM j.requested_by_id) "
         f"CROSS JOIN ({select_rows(WebhookDelivery, fields)}) t "
         "RETURNING id"
     )
@@ -200,11 +258,56 @@ def deliveries_record(attempts: list[tuple[WebhookDelivery, tuple, datetime | No
     """Record a lane round's outcomes (delivery, outcome, held_until), each as `record_attempt`
     records one, with the same compare-and-set: on PostgreSQL in one statement (the attempts'
     rows inserted by a CTE of the deliveries' UPDATE), which costs the lane's process a
-    fraction of an ORM update each."""
+    fraction of an ORM update each.
+
+    One delivery's fault never fails its neighbours' record: if the round's statement fails,
+    each is recorded alone, and one whose own record fails too is ended (`_record_alone`)."""
     if connection.vendor != "postgresql":
         for delivery, outcome, held_until in attempts:
-            record_attempt(delivery, outcome, held_until)
+            _record_alone(delivery, outcome, held_until)
         return
+    # A savepoint only inside a caller's transaction (the statement alone is atomic), so that
+    # a failed statement leaves it usable for the one-by-one records.
+    atomic = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    try:
+        with atomic:
+            _record_round(attempts)
+    except DATABASE_DOWN:
+        raise
+    except Exception:
+        logger.exception(
+            "webhook deliveries: a round's record failed; recording its %d one by one",
+            len(attempts),
+        )
+        DELIVERY_ERRORS.labels("record").inc()
+        for delivery, outcome, held_until in attempts:
+            _record_alone(delivery, outcome, held_until)
+
+
+def _record_alone(delivery: WebhookDelivery, outcome: tuple, held_until: datetime | None) -> None:
+    """`record_attempt`, or if even that fails (what the outcome says cannot be stored), the
+    delivery ended: dead, with an error saying why, so that it cannot fail another round."""
+    try:
+        record_attempt(delivery, outcome, held_until)
+    except DATABASE_DOWN:
+        raise
+    except Exception:
+        logger.exception(
+            "webhook delivery %s: its attempt %r cannot be recorded; ending it",
+            delivery.pk,
+            tuple(outcome),
+        )
+        DELIVERY_ERRORS.labels("ended").inc()
+        WebhookDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING).update(
+            state=DeliveryState.DEAD,
+            claimed_until=None,
+            next_attempt_at=None,
+            last_error="Unrecordable: this attempt's outcome could not be stored, so the "
+            "delivery was ended (redeliver it to send it again)",
+        )
+
+
+def _record_round(attempts: list[tuple[WebhookDelivery, tuple, datetime | None]]) -> None:
     now, recorded, logged = timezone.now(), [], []
     for delivery, outcome, held_until in attempts:
         outcome = Outcome(*outcome)

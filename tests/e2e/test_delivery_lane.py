@@ -63,3 +63,22 @@ def test_the_lane_ends_with_its_dispatcher(lane_stack, sig):
 
     dispatcher.wait(timeout=20)
     wait_until(lambda: not alive(lane), 10, "the lane to end")
+
+
+def test_a_lane_killed_is_started_again_and_deliveries_go_on(lane_stack, extractor, httpserver):
+    stack, dispatcher, lane = lane_stack
+    httpserver.expect_request("/hook", method="POST").respond_with_response(Response(status=204))
+    WebhookSubscription.objects.create(url=httpserver.url_for("/hook"), all_jobs=True)
+
+    os.kill(lane, signal.SIGKILL)
+
+    wait_until(
+        lambda: [p for p in descendants(dispatcher.pid) if alive(p)] not in ([], [lane]),
+        20,
+        "a new lane",
+    )
+    create_jobs(extractor, 2)
+    delivered = WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED)
+    wait_until(lambda: delivered.count() == 2, 20, "both deliveries")
+    assert dispatcher.poll() is None
+    assert "the delivery lane ended (exit code -9); starting it again" in stack.logs()

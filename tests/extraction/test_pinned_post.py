@@ -12,6 +12,7 @@ import trustme
 from extraction import pinned_post
 from extraction.pinned_post import ANSWER_BYTES, BadAnswer, Disconnected, checked_target
 from extraction.urlsafety import UnsafeURLError
+from tests.processes import wait_until
 from tests.receivers import KeepAliveReceiver
 
 TIMEOUT = (2.0, 2.0)
@@ -262,4 +263,26 @@ def test_a_body_that_stalls_leaves_the_answer_as_it_came(loopback):
         said = pinned_post.post(target, body=b"{}", headers={}, timeout=(2.0, 0.3))
         assert said == (200, b"partial")
         assert post(f"http://127.0.0.1:{receiver.port}/hooks") == 204
+    assert len(receiver.connections) == 2
+
+
+def test_idle_connections_are_capped_in_all_the_longest_idle_closed_first(loopback, settings):
+    settings.WEBHOOK_IDLE_CONNECTIONS = 2
+    with KeepAliveReceiver() as a, KeepAliveReceiver() as b, KeepAliveReceiver() as c:
+        urls = [f"http://127.0.0.1:{r.port}/hooks" for r in (a, b, c)]
+        assert [post(url) for url in urls] == [204] * 3  # a's connection, idle longest, closed
+        wait_until(lambda: a.connections[0].fileno() == -1, 5, "a's end of it closed")
+        assert [post(url) for url in reversed(urls)] == [204] * 3
+    assert [len(r.connections) for r in (a, b, c)] == [2, 1, 1]
+
+
+def test_connections_idle_past_the_timeout_are_closed(loopback, settings):
+    settings.WEBHOOK_IDLE_SECONDS = 0.2
+    with KeepAliveReceiver() as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        assert [post(url), post(url)] == [204, 204]  # kept while in use
+        time.sleep(0.3)
+        pinned_post.close_expired()  # the lane's, after each round
+        wait_until(lambda: receiver.connections[0].fileno() == -1, 5, "the receiver's end closed")
+        assert post(url) == 204
     assert len(receiver.connections) == 2

@@ -4,7 +4,9 @@ import errno
 import json
 import socket
 import ssl
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from importlib.metadata import version
 
@@ -20,8 +22,18 @@ from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import DeliveryAttempt, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.services.deliveries import deliver, deliveries_claim_due, delivery_retry
-from jobtracking.webhooks import RETRY_SCHEDULE, describe_failure, subscription_secret
+from jobtracking.webhooks import (
+    RETRY_SCHEDULE,
+    TEST_FAILED,
+    SubscriptionTestRunningError,
+    describe_failure,
+    send_test_event,
+    subscription_secret,
+)
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
+from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
+from tests.processes import wait_until
+from tests.receivers import KeepAliveReceiver
 
 pytestmark = pytest.mark.django_db
 
@@ -355,7 +367,7 @@ def test_log_lines_carry_the_context_they_are_written_in():
 
 def test_a_subscription_receives_only_the_events_of_jobs_its_owner_may_see():
     """The same rule for the creation statement (`test_creation_statement`) and transitions."""
-    owner, other = UserFactory(), UserFactory()
+    owner, other = UserFactory(), UserFactory(is_superuser=True)  # other may see every job
     own = WebhookSubscriptionFactory(created_by=owner)
     everything = WebhookSubscriptionFactory(created_by=other, all_jobs=True)
     job = job_create(
@@ -476,3 +488,94 @@ def test_a_failure_is_described_by_its_cause_and_host_alone(settings, failure, s
     described = describe_failure(failure, "https://hooks.example/hooks?token=s3cret")
     assert described == said
     assert "s3cret" not in described and "10.0.0.7" not in described
+
+
+class _NotHTTP(KeepAliveReceiver):
+    def answer(self) -> bytes | None:
+        return b"SSH-2.0-OpenSSH_9.6\r\n\r\n"
+
+
+@pytest.fixture
+def test_receiver(request, httpserver):
+    """A receiver that fails the test event in its own way: its URL, and the status if any."""
+    kind = request.param
+    if kind == "HTTP 503":
+        httpserver.expect_request("/hooks").respond_with_data("down", status=503)
+        yield httpserver.url_for("/hooks"), 503
+    elif kind == "not HTTP":
+        with _NotHTTP() as server:
+            yield f"http://127.0.0.1:{server.port}/hooks", None
+    else:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            if kind == "silent":
+                listener.listen(8)  # the kernel accepts; nobody answers
+            yield f"http://127.0.0.1:{listener.getsockname()[1]}/hooks", None  # else refused
+
+
+@pytest.mark.parametrize(
+    "test_receiver", ["refused", "silent", "not HTTP", "HTTP 503"], indirect=True
+)
+def test_a_failed_test_event_says_one_phrase_whatever_the_cause_within_its_timeout(
+    settings, test_receiver
+):
+    """A test event must not tell a refused port from a silent one or one that is not HTTP
+    (a port scanner for the client), nor hold a web worker for the lane's timeouts."""
+    settings.WEBHOOK_CONNECT_TIMEOUT, settings.WEBHOOK_READ_TIMEOUT = 5, 10
+    settings.WEBHOOK_TEST_TIMEOUT = 0.5
+    url, status = test_receiver
+    started = time.monotonic()
+    outcome = send_test_event(WebhookSubscriptionFactory(url=url))
+    assert time.monotonic() - started < 1.5
+    assert (outcome.status, outcome.error) == (
+        status,
+        TEST_FAILED + (f" (HTTP {status})" if status else ""),
+    )
+
+
+class _HoldsTheFirst(KeepAliveReceiver):
+    """Answers 204, the first POST only once `release` is set."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        super().__init__()
+
+    def answer(self) -> bytes | None:
+        if len(self.heads) == 1:
+            self.release.wait(10)
+        return super().answer()
+
+
+def _sent_in_a_thread(subscription):
+    try:
+        return send_test_event(subscription)
+    finally:
+        connection.close()  # the thread's own
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_test_event_at_a_time_per_subscription(client):
+    owner = service_account("tester", "view_webhooksubscription", "change_webhooksubscription")
+    with _HoldsTheFirst() as receiver, ThreadPoolExecutor(1) as thread:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        subscription = WebhookSubscriptionFactory(url=url, created_by=owner)
+        other = WebhookSubscriptionFactory(url=url, created_by=owner)
+        first = thread.submit(_sent_in_a_thread, subscription)
+        wait_until(lambda: receiver.heads, 5, "the first test's POST")
+
+        with pytest.raises(SubscriptionTestRunningError):
+            send_test_event(subscription)
+        answer = client_for(owner).post(f"/api/v1/webhook_endpoints/{subscription.pk}/test/")
+        assert_problem(answer, 429, "throttled")
+        assert int(answer["Retry-After"]) > 0
+        client.force_login(UserFactory(is_staff=True, is_superuser=True))
+        page = client.post(
+            f"/admin/jobtracking/webhooksubscription/{subscription.pk}/send-test/", follow=True
+        )
+        assert "already on its way" in page.content.decode()
+        assert send_test_event(other).status == 204  # another endpoint is not held back
+
+        receiver.release.set()
+        assert first.result(timeout=10).status == 204
+        assert send_test_event(subscription).status == 204  # and once it is done, again
+    assert len(receiver.heads) == 3  # the refused ones sent nothing

@@ -3,6 +3,7 @@ guard, event types), a signed test event and the deliveries with every attempt, 
 local receiver that verifies signatures with the `standardwebhooks` package."""
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from standardwebhooks import Webhook
@@ -170,6 +171,37 @@ def test_webhook_endpoints_every_job_needs_the_view_all_permission(hooks):
     assert create(client_for(auditor), all_jobs=True)["all_jobs"] is True
 
 
+@pytest.mark.parametrize(
+    "change",
+    [{"description": "renamed"}, {"all_jobs": True}, {"enabled": False}, {}],
+)
+def test_webhook_endpoints_every_job_needs_the_view_all_permission_at_every_save(change):
+    auditor = service_account("auditor", "view_all_extractionjobs", *WEBHOOK_PERMISSIONS)
+    endpoint = create(client_for(auditor), all_jobs=True, description="everything")
+    auditor.user_permissions.remove(Permission.objects.get(codename="view_all_extractionjobs"))
+    hooks, url = client_for(auditor), f"{URL}{endpoint['id']}/"
+    problem = assert_problem(hooks.patch(url, change, format="json"), 400, "validation_error")
+    assert "view_all_extractionjobs" in problem["errors"]["all_jobs"][0]
+    unchanged = WebhookSubscription.objects.get()
+    assert (unchanged.all_jobs, unchanged.description, unchanged.active) == (
+        True,
+        "everything",
+        True,
+    )
+    # Giving it up is the way out; the client may then change the rest again.
+    given_up = hooks.patch(url, {"all_jobs": False}, format="json")
+    assert given_up.status_code == 200 and given_up.json()["all_jobs"] is False
+    assert hooks.patch(url, {"description": "mine"}, format="json").status_code == 200
+
+
+def test_webhook_endpoints_are_changed_by_patch_only(hooks):
+    endpoint = create(hooks)
+    body = {"url": "https://hooks.example.org/a", "all_jobs": True}
+    assert_problem(
+        hooks.put(f"{URL}{endpoint['id']}/", body, format="json"), 405, "method_not_allowed"
+    )
+
+
 def test_webhook_endpoints_receive_only_the_events_of_the_clients_own_jobs(hooks, alice, bob):
     endpoint = create(hooks, event_types=["job.created"])
     mine = api_job(file_id="mine", user=alice)
@@ -219,7 +251,7 @@ def test_webhook_endpoints_test_event_reports_a_failing_receiver(hooks, httpserv
     httpserver.expect_request("/hooks").respond_with_data("nope", status=503)
     result = hooks.post(f"{URL}{endpoint['id']}/test/").json()
     assert (result["delivered"], result["http_status"]) == (False, 503)
-    assert result["error"] == f"HTTP 503 from localhost:{httpserver.port}"
+    assert result["error"] == "The receiver did not answer with HTTP 2xx (HTTP 503)"
 
 
 def test_webhook_endpoints_deliveries_list_every_attempt(hooks, alice, httpserver):

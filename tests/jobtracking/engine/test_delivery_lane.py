@@ -2,6 +2,9 @@
 down or never answers gets probes, not one POST per event; its deliveries wait, uncounted, and
 still die a day or so after their first failure."""
 
+import json
+import logging
+import os
 import socket
 import threading
 import time
@@ -11,13 +14,23 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client import REGISTRY
+from standardwebhooks import Webhook
 from werkzeug import Response
 
 from jobtracking.engine import delivery_lane
-from jobtracking.engine.delivery_lane import deliveries_send_due
-from jobtracking.models import CircuitState, DeliveryAttempt, ReceiverHealth, WebhookDelivery
+from jobtracking.engine.delivery_lane import DeliveryLane, deliveries_send_due
+from jobtracking.infra import metrics
+from jobtracking.models import (
+    CircuitState,
+    DeliveryAttempt,
+    JobEvent,
+    ReceiverHealth,
+    WebhookDelivery,
+)
+from jobtracking.services import deliveries
 from jobtracking.services.deliveries import deliveries_record, record_attempt
-from jobtracking.webhooks import RETRY_WINDOW, Outcome
+from jobtracking.webhooks import RETRY_WINDOW, Outcome, subscription_secret
 from tests.factories import WebhookSubscriptionFactory
 from tests.jobtracking.test_webhooks import lane_round, make_job
 from tests.receivers import KeepAliveReceiver
@@ -234,7 +247,9 @@ def test_a_rounds_outcomes_are_recorded_as_one_at_a_time_with_the_compare_and_se
     assert alone.attempt_log.get().status_code == 204
 
 
-def test_a_rounds_outcomes_and_attempts_are_one_statement(receiver):
+@pytest.mark.django_db(transaction=True)
+def test_a_rounds_outcomes_and_attempts_are_one_statement(seeded_statuses, receiver):
+    # Outside any transaction, as in the lane: no savepoint either.
     six_events()
     deliveries = list(WebhookDelivery.objects.order_by("pk"))
     began = timezone.now() - timedelta(seconds=1)
@@ -247,3 +262,174 @@ def test_a_rounds_outcomes_and_attempts_are_one_statement(receiver):
         (d.pk, 12 + n) for n, d in enumerate(deliveries)
     ]
     assert {a.attempted_at for a in rows} == {began}
+
+
+def counted(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def among_good_receivers(httpserver, path: str):
+    """A subscription to `path`, between two whose receivers answer 204."""
+    httpserver.expect_request("/good").respond_with_data("", status=204)
+    WebhookSubscriptionFactory(url=httpserver.url_for("/good?n=1"))
+    odd = WebhookSubscriptionFactory(url=httpserver.url_for(path))
+    WebhookSubscriptionFactory(url=httpserver.url_for("/good?n=2"))
+    return odd
+
+
+@pytest.mark.parametrize(
+    ("answer", "recorded"),
+    [
+        (b"ok\x00bad", "ok\ufffdbad"),
+        (b"ok\xffbad", "ok\ufffdbad"),  # not UTF-8
+        (b"ok\xed\xa0\x80bad", "ok\ufffd\ufffd\ufffdbad"),  # a surrogate, encoded
+    ],
+    ids=["NUL", "not UTF-8", "surrogate"],
+)
+def test_an_unstorable_answer_is_recorded_made_safe_beside_its_neighbours(
+    httpserver, answer, recorded
+):
+    httpserver.expect_request("/odd").respond_with_data(answer, status=200)
+    odd = among_good_receivers(httpserver, "/odd")
+    make_job()
+    assert lane_round() == 3
+    rows = {d.subscription_id: d for d in WebhookDelivery.objects.all()}
+    assert {pk: rows[pk].state for pk in rows} == dict.fromkeys(rows, "delivered")
+    assert rows[odd.pk].last_response_excerpt == recorded
+    assert DeliveryAttempt.objects.get(delivery=rows[odd.pk]).response_excerpt == recorded
+    assert DeliveryAttempt.objects.count() == 3
+
+
+@pytest.fixture
+def failing_round_record(monkeypatch):
+    """The round's one recording statement fails, on the server, whatever it records."""
+    failing = deliveries._recorded_statement() + " AND 1 / 0 = 1"
+    monkeypatch.setattr(deliveries, "_recorded_statement", lambda: failing)
+
+
+def test_a_rounds_failed_record_is_made_one_delivery_at_a_time(
+    receiver, httpserver, failing_round_record
+):
+    httpserver.expect_request("/hooks").respond_with_data("", status=204)
+    six_events()
+    before = counted("jobtracking_webhook_delivery_errors_total", stage="record")
+    assert lane_round() == 6
+    assert set(WebhookDelivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
+    assert DeliveryAttempt.objects.filter(status_code=204).count() == 6
+    assert counted("jobtracking_webhook_delivery_errors_total", stage="record") == before + 1
+
+
+def test_a_delivery_whose_own_record_fails_is_ended_alone(
+    receiver, httpserver, failing_round_record, monkeypatch
+):
+    httpserver.expect_request("/hooks").respond_with_data("", status=204)
+    six_events()
+    doomed = WebhookDelivery.objects.order_by("pk").first()
+    real = deliveries.record_attempt
+
+    def record_attempt_failing_for_one(delivery, *args):
+        if delivery.pk == doomed.pk:
+            raise ValueError("cannot be stored")
+        return real(delivery, *args)
+
+    monkeypatch.setattr(deliveries, "record_attempt", record_attempt_failing_for_one)
+    assert lane_round() == 6
+    doomed.refresh_from_db()
+    assert (doomed.state, doomed.next_attempt_at, doomed.claimed_until) == ("dead", None, None)
+    assert doomed.last_error.startswith("Unrecordable: ")
+    others = WebhookDelivery.objects.exclude(pk=doomed.pk)
+    assert set(others.values_list("state", flat=True)) == {"delivered"}
+    assert lane_round() == 0  # it fails no other round
+
+
+def test_an_event_orjson_refuses_is_delivered_made_safe_beside_its_neighbours(httpserver):
+    received = []
+
+    def receiver(request):
+        received.append((int(request.args["n"]), request.get_data(), dict(request.headers)))
+        return Response("", 204)
+
+    httpserver.expect_request("/hooks").respond_with_handler(receiver)
+    subscriptions = [
+        WebhookSubscriptionFactory(url=httpserver.url_for(f"/hooks?n={n}")) for n in range(2)
+    ]
+    make_job(file_id="f-1")
+    huge = JobEvent.objects.get()
+    make_job(file_id="f-2")
+    # Stored before the API refused such numbers (PostgreSQL's jsonb holds it as it is).
+    JobEvent.objects.filter(pk=huge.pk).update(payload={**huge.payload, "metadata": {"n": 2**64}})
+    assert lane_round() == 4
+    assert set(WebhookDelivery.objects.values_list("state", flat=True)) == {"delivered"}
+    metadata = []
+    for n, body, headers in received:
+        Webhook(subscription_secret(subscriptions[n])).verify(body, headers)
+        metadata.append((n, json.loads(body)["data"]["metadata"]))
+    # The number as its decimal text; its neighbour as it was.
+    assert sorted(metadata, key=str) == sorted(
+        [(n, {"n": str(2**64)}) for n in range(2)] + [(n, {}) for n in range(2)], key=str
+    )
+
+
+@pytest.mark.parametrize("where", ["send", "Receiver"])
+def test_a_delivery_that_cannot_be_sent_fails_alone_and_opens_no_circuit(
+    httpserver, monkeypatch, where
+):
+    httpserver.expect_request("/hooks").respond_with_data("", status=204)
+    broken, healthy = (
+        WebhookSubscriptionFactory(url=httpserver.url_for(f"/hooks?n={n}")) for n in range(2)
+    )
+    real = getattr(delivery_lane, where)
+
+    def failing_for_broken(*args):
+        subscription_id = args[0].subscription_id if where == "send" else args[0].pk
+        if subscription_id == broken.pk:
+            raise ValueError("a bug, say")
+        return real(*args)
+
+    monkeypatch.setattr(delivery_lane, where, failing_for_broken)
+    six_events()  # more than CIRCUIT_FAILURES: the broken one's would open its circuit
+    before = counted("jobtracking_webhook_delivery_errors_total", stage="send")
+    assert lane_round() == 12
+    assert set(
+        WebhookDelivery.objects.filter(subscription=healthy).values_list("state", flat=True)
+    ) == {"delivered"}
+    failed = WebhookDelivery.objects.filter(subscription=broken)
+    assert set(failed.values_list("state", "attempts")) == {("pending", 1)}
+    assert all(
+        error.startswith("Unsendable: ValueError")
+        for error in failed.values_list("last_error", flat=True)
+    )
+    assert not ReceiverHealth.objects.filter(pk=broken.pk, failures__gt=0).exists()
+    assert counted("jobtracking_webhook_delivery_errors_total", stage="send") == before + (
+        6 if where == "send" else 1  # a receiver is found once a round
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lane_logs_counts_and_goes_on_after_a_round_fails(
+    seeded_statuses, receiver, httpserver, monkeypatch, caplog
+):
+    httpserver.expect_request("/hooks").respond_with_data("", status=204)
+    make_job()
+    lane = DeliveryLane()
+    real, calls = delivery_lane.deliveries_claim_due, []
+
+    def claim_failing_once(**kwargs):
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        if len(calls) == 3:
+            lane.stop()  # the round after the delivery's
+        return real(**kwargs)
+
+    monkeypatch.setattr(delivery_lane, "deliveries_claim_due", claim_failing_once)
+    monkeypatch.setattr(delivery_lane, "BACKOFF_FIRST_SECONDS", 0.1)
+    before = counted("jobtracking_loop_errors_total", loop="delivery_lane")
+    with caplog.at_level(logging.ERROR, logger="jobtracking.engine.delivery_lane"):
+        lane.rounds(dispatcher=os.getppid())
+    assert WebhookDelivery.objects.get().state == "delivered"
+    (failure,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "a round failed" in failure.getMessage() and failure.exc_info[0] is RuntimeError
+    assert counted("jobtracking_loop_errors_total", loop="delivery_lane") == before + 1
+    assert b'jobtracking_loop_errors_total{loop="delivery_lane"}' in metrics.render()
+    assert calls[1] - calls[0] >= 0.1  # after its backoff

@@ -301,7 +301,7 @@ def test_the_batch_status_filter_agrees_with_the_summary(status):
 def test_batch_events_reach_only_the_subscriptions_that_may_see_the_batch(api_actor, client_user):
     own = WebhookSubscriptionFactory(created_by=client_user)
     other = WebhookSubscriptionFactory(created_by=UserFactory())
-    everyone = WebhookSubscriptionFactory(created_by=UserFactory(), all_jobs=True)
+    everyone = WebhookSubscriptionFactory(created_by=UserFactory(is_superuser=True), all_jobs=True)
     jobs_only = WebhookSubscriptionFactory(created_by=client_user, event_types=["job.created"])
     made = batch_create(NewBatch(), [], actor=api_actor)
     (event,) = events(made.batch, states.BATCH_CREATED)

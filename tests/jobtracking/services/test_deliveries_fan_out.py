@@ -1,0 +1,84 @@
+"""Who receives an event: a subscription with `all_jobs` reaches every client's jobs only while
+its creator holds the view-all permission, on both paths of the fan-out (the ORM's, for
+transitions and batches, and the creation statement's), as Django's own `has_perm` reads it."""
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+
+from jobtracking.models import WebhookDelivery
+from jobtracking.selectors import VIEW_ALL
+from jobtracking.services import Actor, job_cancel
+from tests.factories import UserFactory, WebhookSubscriptionFactory, api_job
+
+pytestmark = pytest.mark.django_db
+
+
+def view_all() -> Permission:
+    app_label, codename = VIEW_ALL.split(".")
+    return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+
+
+def holder(how: str):
+    """A user who holds view-all `how`, or held it, or never did."""
+    user = UserFactory(is_superuser=how == "superuser")
+    if how in ("directly", "revoked", "inactive"):
+        user.user_permissions.add(view_all())
+    if how == "by a group":
+        group = Group.objects.create(name="auditors")
+        group.permissions.add(view_all())
+        user.groups.add(group)
+    return user
+
+
+def after_saving(user, how: str) -> None:
+    """What happened to the creator since the subscription was saved."""
+    if how == "revoked":
+        user.user_permissions.remove(view_all())
+    if how == "inactive":
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+
+
+@pytest.mark.parametrize(
+    ("how", "reaches_all"),
+    [
+        ("directly", True),
+        ("by a group", True),
+        ("superuser", True),
+        ("revoked", False),
+        ("inactive", False),
+        ("never", False),
+        ("no creator", True),  # an operator's (seed_demo, the shell): as it was saved
+    ],
+)
+def test_all_jobs_reaches_every_client_only_while_its_creator_may_see_them(how, reaches_all):
+    creator = None if how == "no creator" else holder(how)
+    subscription = WebhookSubscriptionFactory(created_by=creator, all_jobs=True)
+    if creator is not None:
+        after_saving(creator, how)
+        fresh = type(creator).objects.get(pk=creator.pk)  # no permission cache
+        assert fresh.has_perm(VIEW_ALL) == reaches_all  # the same rule as Django's
+    other = UserFactory()
+    own = api_job(file_id="own", user=creator)  # `job.created`: the creation statement
+    foreign = api_job(file_id="foreign", user=other)
+    for job in (own, foreign):
+        job_cancel(job_id=job.pk, actor=Actor("api", job.requested_by))  # the ORM's path
+
+    received = set(
+        WebhookDelivery.objects.filter(subscription=subscription).values_list(
+            "event__job", "event__type"
+        )
+    )
+    reached = [own, foreign] if reaches_all else [own]
+    assert received == {
+        (job.pk, event) for job in reached for event in ("job.created", "job.cancelled")
+    }
+
+
+def test_without_all_jobs_even_a_superuser_receives_only_their_own():
+    creator = holder("superuser")
+    subscription = WebhookSubscriptionFactory(created_by=creator, all_jobs=False)
+    own, foreign = api_job(file_id="own", user=creator), api_job(file_id="foreign")
+    job_cancel(job_id=foreign.pk, actor=Actor("api"))
+    received = WebhookDelivery.objects.filter(subscription=subscription)
+    assert set(received.values_list("event__job", flat=True)) == {own.pk}
