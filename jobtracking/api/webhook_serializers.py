@@ -104,8 +104,10 @@ class WebhookDeliverySerializer(UtcModelSerializer):
 class WebhookTestResultSerializer(serializers.Serializer):
     delivered = serializers.BooleanField(help_text="The receiver answered 2xx.")
     http_status = serializers.IntegerField(allow_null=True)
-    error = serializers.CharField(help_text="Empty if it was delivered; else one phrase, with the HTTP status when the "
-        "receiver answered (whether a port refused, hung or spoke something else is not said).")
+    error = serializers.CharField(
+        help_text="Empty if it was delivered; else one phrase, with the HTTP status when the "
+        "receiver answered (whether a port refused, hung or spoke something else is not said)."
+    )
     response_excerpt = serializers.CharField()
     duration_ms = serializers.IntegerField()
 
