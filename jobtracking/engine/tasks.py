@@ -110,6 +110,12 @@ def _storable_answer(value: Any) -> Any:
     if isinstance(value, Submission):
         if text_problem(value.external_id + value.poll_url):
             raise _invalid_answer("its job id or location holds characters we cannot store")
+        for field, given in (
+            ("external_job_id", value.external_id),
+            ("external_url", value.poll_url),
+        ):
+            if len(given) > (longest := ExtractionJob._meta.get_field(field).max_length):
+                raise _invalid_answer(f"its {field} is longer than {longest} characters")
         return dataclasses.replace(value, request_id=safe_text(value.request_id))
     if isinstance(value, PollResult):
         if text_problem(value.raw_status):
