@@ -21,6 +21,7 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) manage.py makemigrations --check --dry-run
 
 # Opt-in benchmarks; they print figures and ratios (see docs/performance.md).

@@ -104,7 +104,10 @@ def main() -> None:
     job = ExtractionJob.objects.select_related("extractor", "requested_by").get(pk=made.pk)
     payload = job_event_payload(job)
     subscription = WebhookSubscription.objects.create(
-        url="http://127.0.0.1:9/hook", description="bench.delivery_backlog", all_jobs=True
+        url="http://127.0.0.1:9/hook",
+        description="bench.delivery_backlog",
+        all_event_types=True,
+        all_jobs=True,
     )
     limit = settings.WEBHOOK_LANE_BATCH_SIZE
     runs: dict[int, list[dict]] = {SMALL: [], LARGE: []}

@@ -140,7 +140,10 @@ def run(monitor: Monitor, files: str, mode: str | None, label: str, limit: float
         extractor = new_extractor(stack.sandbox_url)
         if receiver:
             subscription = WebhookSubscription.objects.create(
-                url=f"{receiver[0]}/hook", description="bench.webhooks", all_jobs=True
+                url=f"{receiver[0]}/hook",
+                description="bench.webhooks",
+                all_event_types=True,
+                all_jobs=True,
             )
         before = stack.cpu()
         started = time.perf_counter()

@@ -1,6 +1,7 @@
 """Builds the client for an Extractor row: the one way `jobtracking` reaches an extractor."""
 
 import threading
+from typing import Any
 
 from django.conf import settings
 
@@ -8,12 +9,20 @@ from extraction.clients.azure_di import AzureDocumentIntelligenceClient
 from extraction.clients.base import ClientConfig, ExtractorClient
 from extraction.clients.http_async import HttpAsyncClient
 from extraction.models import Adapter, Extractor
+from extraction.results import Document
 
 ADAPTERS: dict[str, type[ExtractorClient]] = {
     Adapter.AZURE_DI: AzureDocumentIntelligenceClient,
     Adapter.HTTP_ASYNC: HttpAsyncClient,
     Adapter.SANDBOX: HttpAsyncClient,
 }
+
+
+def result_document(adapter: str, payload: Any) -> Document:
+    """A stored result of an extractor with this adapter, in the one shape
+    (`extraction.results`)."""
+    return ADAPTERS[adapter].document(payload)
+
 
 _clients: dict[int, tuple[ClientConfig, ExtractorClient]] = {}
 _lock = threading.Lock()

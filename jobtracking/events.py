@@ -5,7 +5,6 @@ from typing import Any
 
 from jobtracking.models import Batch, ExtractionJob
 from jobtracking.representation import JobRepresentation, batch_representation
-from jobtracking.selectors import batch_summary
 
 
 @functools.cache
@@ -28,8 +27,8 @@ def job_event_payload(job: ExtractionJob) -> dict[str, Any]:
     return event_representation()(job)
 
 
-def batch_event_payload(batch: Batch) -> dict[str, Any]:
+def batch_event_payload(batch: Batch, summary) -> dict[str, Any]:
     """The batch as `GET /api/v1/batches/<id>/` shows it at the moment of the event (its counts
-    then), without its failed jobs' list, and with links as the API's paths. Reads its jobs'
-    aggregate: call it in the transaction that writes the event."""
-    return batch_representation(batch, batch_summary(batch))
+    then), without its failed jobs' list, and with links as the API's paths. `summary` is its
+    `selectors.BatchSummary`, read in the transaction that writes the event."""
+    return batch_representation(batch, summary)

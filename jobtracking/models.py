@@ -1,4 +1,5 @@
 import json
+from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
@@ -14,7 +15,19 @@ from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking import states
 from jobtracking.infra.ids import uuid7
 
-ACTIVE_STATUS = Q(status__in=sorted(states.ACTIVE))
+
+def status_in(statuses: Collection[str]) -> Q:
+    """Jobs in one of `statuses` (a set `states` derives): written the same way in every query,
+    index and constraint, so a query whose condition is an index's, or a subset of it, uses it."""
+    return Q(status__in=sorted(statuses))
+
+
+# The active jobs: the condition of the partial indexes and of the one-active-job-per-file
+# constraint below. Their migration holds its literal list; a new active status changes it, and
+# `makemigrations` rebuilds them over the new set (docs/architecture.md, Lifecycle).
+ACTIVE_STATUS = status_in(states.ACTIVE)
+# The jobs the dispatcher works on when they are due: the condition of the due-work indexes.
+DISPATCHED_STATUS = status_in(states.DISPATCHED)
 # The end of a job's UUID, as staff see it in lists (the random part: unique in practice, where a
 # UUIDv7's start is shared by jobs created in the same millisecond). Indexed by expression.
 SHORT_ID = Right(Cast("id", models.CharField()), 12)
@@ -31,7 +44,8 @@ TURNAROUND = models.ExpressionWrapper(
 
 
 class JobStatus(models.Model):
-    """Reference table of the lifecycle's statuses, seeded from `states.STATUSES`."""
+    """Reference table of the lifecycle's statuses: one row per declaration in `states.STATUSES`,
+    each inserted by a data migration as it was when that status was added."""
 
     code = models.CharField(max_length=20, primary_key=True)
     label = models.CharField(max_length=50)
@@ -55,7 +69,7 @@ class ActorType(models.TextChoices):
 
 
 class Priority(models.IntegerChoices):
-    """Dispatch order: a lower value goes first (see `jobtracking.engine.priorities`)."""
+    """Dispatch order: a lower value goes first (see `jobtracking.priorities`)."""
 
     INTERACTIVE = 0, "Interactive"
     NORMAL = 1, "Normal"
@@ -263,14 +277,15 @@ class ExtractionJob(models.Model):
             models.CheckConstraint(condition=Q(attempt__gte=1), name="job_attempt_positive"),
         ]
         indexes = [
-            # Finding due work costs O(due jobs): only non-terminal rows are in this index.
-            models.Index(fields=["due_at"], condition=ACTIVE_STATUS, name="job_due_active_idx"),
+            # Finding due work costs O(due jobs): only the rows of jobs the dispatcher works on
+            # (`states.DISPATCHED`: active, not waiting for a person) are in this index.
+            models.Index(fields=["due_at"], condition=DISPATCHED_STATUS, name="job_due_active_idx"),
             # The dispatcher walks due work by priority and requester (see `dispatcher.py`).
             models.Index(
                 "priority",
                 REQUESTER_KEY,
                 "due_at",
-                condition=ACTIVE_STATUS,
+                condition=DISPATCHED_STATUS,
                 name="job_due_fair_idx",
             ),
             # The in-flight cap counts an extractor's active jobs by status and priority, and
@@ -416,11 +431,14 @@ class ExtractionResult(models.Model):
         return f"{self.job_id} attempt {self.attempt}"
 
     def load_payload(self) -> Any:
-        """The extractor's JSON, from the row or from its file."""
+        """The extractor's JSON, from the row or from its file (read once per instance: the
+        API's answer reads it for `payload` and for `document`)."""
         if self.payload is not None:
             return self.payload
-        with self.payload_file.open("rb") as stored:
-            return json.load(stored)
+        if not hasattr(self, "_payload_from_file"):
+            with self.payload_file.open("rb") as stored:
+                self._payload_from_file = json.load(stored)
+        return self._payload_from_file
 
 
 class JobEvent(models.Model):
@@ -473,14 +491,25 @@ class JobEvent(models.Model):
         return f"{self.id} {self.type} {self.job_id or self.batch_id}"
 
 
+EVENT_TYPES_CHOICE = (
+    "Choose the event types to receive, or all event types (all_event_types: every type, "
+    "including ones added later), not both."
+)
+
+
 class WebhookSubscription(models.Model):
     """A receiver of job events. Its signing secret is derived from the server's key and
     `secret_version` (see `jobtracking.events`), so no secret is stored in the database."""
 
     url = models.URLField(max_length=2000)
     description = models.CharField(max_length=200, blank=True)
+    # Either every type, chosen explicitly (types added later too), or the listed ones: an
+    # empty list means nothing, so a new type never reaches a receiver that did not ask for it.
     event_types = models.JSONField(
-        default=list, blank=True, help_text="Event types to receive; empty means all."
+        default=list, blank=True, help_text="The event types to receive (unless all of them)."
+    )
+    all_event_types = models.BooleanField(
+        default=False, help_text="Receive every event type, including ones added later."
     )
     active = models.BooleanField(default=True)
     all_jobs = models.BooleanField(
@@ -495,6 +524,16 @@ class WebhookSubscription(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(all_event_types=True, event_types=[])
+                | (Q(all_event_types=False) & ~Q(event_types=[])),
+                name="subscription_all_or_listed_event_types",
+                violation_error_message=EVENT_TYPES_CHOICE,
+            )
+        ]
+
     def __str__(self) -> str:
         return self.url
 
@@ -506,6 +545,8 @@ class WebhookSubscription(models.Model):
         unknown = set(self.event_types or []) - set(states.OUTBOX_EVENT_TYPES)
         if unknown:
             raise ValidationError({"event_types": f"Unknown event types: {sorted(unknown)}"})
+        if bool(self.event_types) == self.all_event_types:
+            raise ValidationError({"event_types": EVENT_TYPES_CHOICE})
 
 
 class DeliveryState(models.TextChoices):
@@ -645,7 +686,7 @@ class RateSlot(models.Model):
 
     SUBMIT = "submit"
     POLL = "poll"
-    # Each kind's rate is split in two lanes (see `jobtracking.engine.priorities.submit_lanes`).
+    # Each kind's rate is split in two lanes (see `jobtracking.priorities.submit_lanes`).
     SHARED = "shared"
     RESERVED = "reserved"
 

@@ -20,9 +20,8 @@ from django_q.models import OrmQ, Schedule
 from django_q.utils import get_func_repr
 
 from jobtracking import states
-from jobtracking.engine.queue import KIND_ORDER, task_kind
+from jobtracking.infra.queue import KIND_ORDER, task_kind
 from jobtracking.models import (
-    ACTIVE_STATUS,
     SHORT_ID,
     TURNAROUND,
     Batch,
@@ -33,6 +32,7 @@ from jobtracking.models import (
     ServiceHeartbeat,
     WebhookDelivery,
     WebhookSubscription,
+    status_in,
 )
 
 VIEW_ALL = "jobtracking.view_all_extractionjobs"
@@ -135,11 +135,11 @@ def job_stats(*, jobs: QuerySet[ExtractionJob], window: timedelta) -> dict[str, 
         by_extractor.setdefault(slug, {})[status] = n
     completed = jobs.filter(completed_at__gte=since)
     finished = dict(completed.order_by().values_list("status").annotate(n=Count("pk")))
-    judged = sum(finished.get(s, 0) for s in (states.SUCCEEDED, states.FAILED, states.TIMED_OUT))
+    judged = sum(finished.get(status, 0) for status in states.JUDGED)
     return {
         "window_hours": window.total_seconds() / 3600,
         "since": since,
-        "created_by_status": {code: by_status.get(code, 0) for code, *_ in states.STATUSES},
+        "created_by_status": {s.code: by_status.get(s.code, 0) for s in states.STATUSES},
         "created_by_extractor": by_extractor,
         "completed": sum(finished.values()),
         "success_rate": finished.get(states.SUCCEEDED, 0) / judged if judged else None,
@@ -150,16 +150,17 @@ def job_stats(*, jobs: QuerySet[ExtractionJob], window: timedelta) -> dict[str, 
 
 def queue_by_priority(jobs: QuerySet[ExtractionJob]) -> dict[str, dict[str, Any]]:
     """For each priority, now: its active and pending jobs, those due and not yet claimed, and
-    how long the oldest of these has been due (the dispatcher's lag for that priority)."""
+    how long the oldest of these has been due (the dispatcher's lag for that priority). Only a
+    job the dispatcher works on is due; one that waits for a person is only active."""
     now = timezone.now()
-    due = Q(due_at__lte=now)
+    due = Q(due_at__lte=now) & status_in(states.DISPATCHED)
     counts = (
-        jobs.filter(ACTIVE_STATUS)
+        jobs.filter(status_in(states.ACTIVE))
         .order_by()
         .values_list("priority")
         .annotate(
             active=Count("pk"),
-            pending=Count("pk", filter=Q(status=states.PENDING)),
+            pending=Count("pk", filter=status_in(active_groups()["pending"])),
             due=Count("pk", filter=due),
             oldest=Min("due_at", filter=due),
         )
@@ -240,8 +241,6 @@ BATCH_STATUSES = (
     BATCH_COMPLETED_WITH_FAILURES,
     BATCH_CANCELLED,
 )
-# A job that ended without its result.
-FAILURE_STATUSES = states.TERMINAL - {states.SUCCEEDED}
 # How many of a batch's failed jobs its page lists (their counts by error code are whole).
 BATCH_FAILURES_SHOWN = 100
 
@@ -274,8 +273,8 @@ def batch_status_filter(status: str) -> Q:
         BATCH_CANCELLED: Q(cancelled_at__isnull=False),
         BATCH_OPEN: live & Q(closed_at__isnull=True),
         BATCH_RUNNING: live & Q(closed_at__isnull=False) & batch_has_jobs(states.ACTIVE),
-        BATCH_COMPLETED: done & ~batch_has_jobs(FAILURE_STATUSES),
-        BATCH_COMPLETED_WITH_FAILURES: done & batch_has_jobs(FAILURE_STATUSES),
+        BATCH_COMPLETED: done & ~batch_has_jobs(states.FAILURES),
+        BATCH_COMPLETED_WITH_FAILURES: done & batch_has_jobs(states.FAILURES),
     }[status]
 
 
@@ -284,7 +283,7 @@ class BatchSummary:
     """A batch's aggregate, computed from its jobs (`batch_summaries`)."""
 
     by_status: dict[str, int] = field(
-        default_factory=lambda: {code: 0 for code, *_ in states.STATUSES}
+        default_factory=lambda: {status.code: 0 for status in states.STATUSES}
     )
     failures_by_code: dict[str, int] = field(default_factory=dict)
     first_created_at: datetime.datetime | None = None
@@ -304,7 +303,7 @@ class BatchSummary:
 
     @property
     def failed(self) -> int:
-        return sum(self.by_status[status] for status in FAILURE_STATUSES)
+        return sum(self.by_status[status] for status in states.FAILURES)
 
     @property
     def progress(self) -> float:
@@ -351,7 +350,7 @@ def batch_summaries(
     for batch_id, status, code, n, first_created, last_created, first_done, last_done in rows:
         summary = summaries[batch_id]
         summary.by_status[status] += n
-        if status in FAILURE_STATUSES:
+        if status in states.FAILURES:
             key = code or status  # a cancelled job has no error code
             summary.failures_by_code[key] = summary.failures_by_code.get(key, 0) + n
         summary.first_created_at = _earliest(summary.first_created_at, first_created)
@@ -368,7 +367,7 @@ def batch_failed_jobs(batch_id: uuid.UUID) -> list[ExtractionJob]:
     """The batch's first `BATCH_FAILURES_SHOWN` failed jobs, in the order they ended: chosen
     from the index alone, then read by their keys."""
     first = (
-        ExtractionJob.objects.filter(batch_id=batch_id, status__in=sorted(FAILURE_STATUSES))
+        ExtractionJob.objects.filter(batch_id=batch_id, status__in=sorted(states.FAILURES))
         .order_by("completed_at", "pk")
         .values("pk")[:BATCH_FAILURES_SHOWN]
     )
@@ -388,28 +387,35 @@ def batch_list(*, user: AbstractBaseUser) -> QuerySet[Batch]:
     return visible(Batch.objects.select_related("requested_by"), user=user, via="")
 
 
+def active_groups() -> dict[str, frozenset[str]]:
+    """The groups the dashboard shows active jobs in, from the declarations: pending (waiting to
+    be taken: dispatched, not yet in flight) and in flight (taken: on the way to the extractor or
+    at it). An active job in neither, one that waits for a person, is counted by its status."""
+    return {"pending": states.DISPATCHED - states.IN_FLIGHT, "in_flight": states.IN_FLIGHT}
+
+
 def active_jobs_by_extractor(jobs: QuerySet[ExtractionJob]) -> dict[str, Any]:
-    """Now, per extractor and in all: the pending jobs (waiting to be taken) apart from those in
-    flight (taken: on the way to the extractor or at it), with the creation time of the oldest of
-    each; and the active jobs by status. One grouped pass over the active jobs (a partial index
-    holds only them)."""
+    """Now, per extractor and in all: the pending jobs apart from those in flight
+    (`active_groups`), with the creation time of the oldest of each; and the active jobs by
+    status. One grouped pass over the active jobs (a partial index holds only them)."""
+    groups = active_groups()
     rows = (
-        jobs.filter(ACTIVE_STATUS)
+        jobs.filter(status_in(states.ACTIVE))
         .order_by()
         .values_list("extractor__slug", "status")
         .annotate(n=Count("pk"), oldest_at=Min("created_at"))
     )
     by_status = dict.fromkeys(sorted(states.ACTIVE), 0)
     extractors: dict[str, dict[str, Any]] = {}
-    totals = {"pending": JobTally(), "in_flight": JobTally()}
+    totals = {group: JobTally() for group in groups}
     for slug, status, n, oldest_at in rows:
         by_status[status] += n
-        group = "pending" if status == states.PENDING else "in_flight"
-        row = extractors.setdefault(
-            slug, {"extractor": slug, "pending": JobTally(), "in_flight": JobTally()}
-        )
-        row[group].add(n, oldest_at)
-        totals[group].add(n, oldest_at)
+        for group in (group for group, statuses in groups.items() if status in statuses):
+            row = extractors.setdefault(
+                slug, {"extractor": slug, **{name: JobTally() for name in groups}}
+            )
+            row[group].add(n, oldest_at)
+            totals[group].add(n, oldest_at)
     return {
         "by_extractor": [extractors[slug] for slug in sorted(extractors)],
         "by_status": by_status,
@@ -470,7 +476,7 @@ def job_throughput(jobs: QuerySet[ExtractionJob], *, unit: str, count: int) -> l
 
 def broker_tasks_waiting(*, read: int) -> dict[str, Any]:
     """The tasks waiting in django-q2's broker (not taken by a cluster): how many, by kind
-    (`jobtracking.engine.queue.task_kind`) and function, whether each function still exists
+    (`jobtracking.infra.queue.task_kind`) and function, whether each function still exists
     (a task whose function is gone fails when run), and when the oldest was enqueued. Learning
     a task's function means unsigning and unpickling it: only the oldest `read` are decoded."""
     waiting = OrmQ.objects.filter(key=Conf.CLUSTER_NAME, lock__lte=timezone.now())

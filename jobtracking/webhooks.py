@@ -100,10 +100,12 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
 def wants(
     subscription: WebhookSubscription, event_type: str, requester: int | None, reaches_all: bool
 ) -> bool:
-    """Whether the subscription receives this event: of a type it asked for, of a job its owner
-    may see (`selectors.visible`'s rule: their own, or every one if `reaches_all`, which
-    `services.deliveries.reaches_all_sql` says)."""
-    return (not subscription.event_types or event_type in subscription.event_types) and (
+    """Whether the subscription receives this event: of a type it asked for (listed, or every
+    type when it chose all of them: an empty list is no type), of a job its owner may see
+    (`selectors.visible`'s rule: their own, or every one if `reaches_all`, which
+    `services.deliveries.reaches_all_sql` says). `services.deliveries.fan_out_statement`
+    says the same in SQL."""
+    return (subscription.all_event_types or event_type in subscription.event_types) and (
         reaches_all or requester == subscription.created_by_id
     )
 

@@ -50,8 +50,10 @@ def seeded_statuses(transactional_db):
 
     JobStatus.objects.bulk_create(
         [
-            JobStatus(code=code, label=label, terminal=terminal, description=text, position=i)
-            for i, (code, label, terminal, text) in enumerate(STATUSES)
+            JobStatus(
+                code=s.code, label=s.label, terminal=s.terminal, description=s.meaning, position=i
+            )
+            for i, s in enumerate(STATUSES)
         ],
         ignore_conflicts=True,
     )

@@ -160,6 +160,8 @@ class WebhookSubscriptionFactory(factory.django.DjangoModelFactory):
 
     url = factory.Sequence(lambda n: f"https://hooks.example.org/{n}")
     event_types = factory.LazyFunction(list)
+    # Every type unless some are listed: "all" is a choice of its own (an empty list is none).
+    all_event_types = factory.LazyAttribute(lambda s: not s.event_types)
 
 
 class WebhookDeliveryFactory(factory.django.DjangoModelFactory):

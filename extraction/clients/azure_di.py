@@ -21,6 +21,7 @@ from extraction.clients.base import (
     describe,
     percent,
 )
+from extraction.documents import azure_di as azure_document
 from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
 from extraction.redaction import redact_text
 
@@ -71,6 +72,7 @@ def _query_value(value: Any) -> str:
 
 
 class AzureDocumentIntelligenceClient(ExtractorClient):
+    document = staticmethod(azure_document.read)
     result_ttl = timedelta(hours=24)
 
     def _headers(self) -> dict[str, str]:

@@ -28,6 +28,7 @@ from extraction.errors import (
 )
 from extraction.metrics import EXTRACTOR_CALL_ERRORS, EXTRACTOR_CALL_SECONDS
 from extraction.redaction import REDACTED, redact_bytes, redact_text
+from extraction.results import Document
 
 MAX_RETRY_AFTER_SECONDS = 24 * 3600.0
 
@@ -117,6 +118,12 @@ class ExtractorClient(ABC):
 
     @abstractmethod
     def fetch_result(self, poll_url: str) -> ExtractionOutput: ...
+
+    @staticmethod
+    @abstractmethod
+    def document(payload: Any) -> Document:
+        """A result this protocol's `fetch_result` gave (its `payload`, as stored) in the one
+        shape every reader of results uses (`extraction.results`)."""
 
     def cancel(self, poll_url: str) -> None:
         """Ask the extractor to drop the job (both protocols: DELETE on the poll location)."""

@@ -17,6 +17,7 @@ from extraction.clients.base import (
     describe,
     percent,
 )
+from extraction.documents import job_protocol
 from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
 from extraction.redaction import redact_text
 
@@ -31,6 +32,8 @@ STATUS_WORDS = {
 
 
 class HttpAsyncClient(ExtractorClient):
+    document = staticmethod(job_protocol.read)
+
     def _headers(self, **extra: str) -> dict[str, str]:
         headers = {"Accept": "application/json", **extra}
         if self.config.api_key:

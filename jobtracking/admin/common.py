@@ -28,7 +28,7 @@ STATUS_COLOURS = {
     "timed_out": "#fd7e14",
     "cancelled": "#495057",
 }
-STATUS_LABELS = {code: label for code, label, *_ in states.STATUSES}
+STATUS_LABELS = {status.code: status.label for status in states.STATUSES}
 
 
 def status_badge(code: str | None):

@@ -32,6 +32,7 @@ from jobtracking.models import (
 from jobtracking.selectors import (
     LIVENESS_WINDOWS,
     VIEW_ALL,
+    active_groups,
     active_jobs_by_extractor,
     broker_tasks_waiting,
     job_throughput,
@@ -52,16 +53,20 @@ OLDEST_SHOWN = 5
 def _status_counts(active_by_status: dict[str, int]) -> list[dict]:
     changelist = reverse("admin:jobtracking_extractionjob_changelist")
     counts = []
-    for code, label, terminal, _ in states.STATUSES:
-        jobs = ExtractionJob.objects.filter(status=code)
+    for status in states.STATUSES:
+        jobs = ExtractionJob.objects.filter(status=status.code)
         # Terminal statuses can hold millions of rows: estimated above 10,000, like the list.
-        count = EstimatedCountPaginator(jobs, 1).count if terminal else active_by_status[code]
+        count = (
+            EstimatedCountPaginator(jobs, 1).count
+            if status.terminal
+            else active_by_status[status.code]
+        )
         counts.append(
             {
-                "label": label,
+                "label": status.label,
                 "count": count,
-                "estimated": terminal and count >= 10000,
-                "url": f"{changelist}?status={code}",
+                "estimated": status.terminal and count >= 10000,
+                "url": f"{changelist}?status={status.code}",
             }
         )
     return counts
@@ -216,7 +221,7 @@ def _dispatch(queue_rows: dict) -> dict:
 def _active(active: dict, now) -> dict:
     """Pending jobs apart from in-flight ones: how many, since when, and the oldest of each."""
     shown = {}
-    for group, statuses in (("pending", [states.PENDING]), ("in_flight", states.IN_FLIGHT)):
+    for group, statuses in active_groups().items():
         oldest_at = active[group].oldest_at
         shown[group] = {
             "count": active[group].count,

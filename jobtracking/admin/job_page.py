@@ -15,6 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from extraction.registry import result_document
 from jobtracking import states
 from jobtracking.admin.common import (
     admin_actor,
@@ -25,7 +26,6 @@ from jobtracking.admin.common import (
     span,
     status_badge,
 )
-from jobtracking.admin.result_view import shape_result
 from jobtracking.errors import ApplicationError
 from jobtracking.models import ExtractionJob, ExtractionResult, Priority
 from jobtracking.selectors import job_may_act
@@ -223,7 +223,7 @@ class JobPageViews:
             "job": job,
             "result": result,
             "received": moment(result.received_at),
-            "view": shape_result(payload),
+            "view": result_document(job.extractor.adapter, payload),
             "pretty": pretty,
             "opts": self.model._meta,
         }

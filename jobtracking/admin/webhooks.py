@@ -42,24 +42,27 @@ from jobtracking.webhooks import (
 RECENT_DELIVERIES = 20
 
 
-def event_type_labels(types: list[str] | None):
-    """Event types as labels; none means every type."""
-    if not types:
+def event_type_labels(subscription: WebhookSubscription):
+    """The subscription's event types as labels, or "every event type" when it chose all."""
+    if subscription.all_event_types:
         return format_html('<span class="event-type all">{}</span>', "every event type")
+    types = subscription.event_types or []
     return format_html_join(" ", '<span class="event-type">{}</span>', ((t,) for t in types))
 
 
 class SubscriptionForm(forms.ModelForm):
+    # Ticking none is refused (the model's `clean`): a receiver gets a type added later only
+    # when it ticked "all event types".
     event_types = forms.MultipleChoiceField(
         choices=[(t, t) for t in states.OUTBOX_EVENT_TYPES],
         widget=forms.CheckboxSelectMultiple,
         required=False,
-        help_text="None ticked: every event type, including ones added later.",
+        help_text="The types to receive, unless all event types is ticked.",
     )
 
     class Meta:
         model = WebhookSubscription
-        fields = ["url", "description", "event_types", "all_jobs", "active"]
+        fields = ["url", "description", "all_event_types", "event_types", "all_jobs", "active"]
 
 
 @admin.register(WebhookSubscription)
@@ -94,7 +97,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
 
     @admin.display(description="event types")
     def event_type_list(self, subscription: WebhookSubscription):
-        return event_type_labels(subscription.event_types)
+        return event_type_labels(subscription)
 
     @admin.display(description="receiver")
     def receiver_circuit(self, subscription: WebhookSubscription) -> str:

@@ -43,7 +43,7 @@ class JobFilterSet(PlainFilterSet):
     # distinct=False: the default SELECT DISTINCT costs a sort over every matching row.
     status = django_filters.MultipleChoiceFilter(
         distinct=False,
-        choices=[(code, label) for code, label, *_ in states.STATUSES],
+        choices=[(status.code, status.label) for status in states.STATUSES],
         help_text="One or more statuses (repeat the parameter).",
     )
     extractor = django_filters.CharFilter(field_name="extractor__slug", help_text="Slug.")

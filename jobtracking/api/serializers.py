@@ -15,6 +15,8 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from extraction.clients.base import client_text
 from extraction.models import Extractor
+from extraction.registry import result_document
+from extraction.results import MAX_COLUMNS, MAX_PAIRS, MAX_ROWS, MAX_TABLES
 from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking.api.messages import BODY_NOT_AN_OBJECT, plain_field
 from jobtracking.infra.recent import Recent
@@ -284,9 +286,61 @@ class JobStatusChangeSerializer(UtcModelSerializer):
         return data
 
 
+class ResultPageSerializer(serializers.Serializer):
+    number = serializers.JSONField(help_text="The page's number, as the extractor gives it.")
+    text = serializers.CharField()
+
+
+class ResultKeyValueSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    value = serializers.CharField()
+    page = serializers.IntegerField(allow_null=True)
+    confidence = serializers.FloatField(
+        allow_null=True, help_text="From 0 to 1; null where the extractor gives none."
+    )
+
+
+class ResultCellSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    header = serializers.BooleanField()
+    row_span = serializers.IntegerField()
+    column_span = serializers.IntegerField()
+
+
+class ResultTableSerializer(serializers.Serializer):
+    page = serializers.IntegerField(allow_null=True)
+    caption = serializers.CharField()
+    rows = serializers.ListField(
+        child=ResultCellSerializer(many=True),
+        help_text="Rows of cells as an HTML table lays them out: a cell spanning rows or "
+        "columns covers the positions the rows below or the cells beside it leave out.",
+    )
+    truncated = serializers.BooleanField(
+        help_text=f"Rows beyond {MAX_ROWS} or columns beyond {MAX_COLUMNS} were left out."
+    )
+
+
+class ResultDocumentSerializer(serializers.Serializer):
+    """A result in the one shape every extractor's result is read into."""
+
+    pages = ResultPageSerializer(many=True)
+    key_values = ResultKeyValueSerializer(many=True)
+    tables = ResultTableSerializer(many=True)
+    more_pairs = serializers.IntegerField(
+        help_text=f"Pairs beyond the first {MAX_PAIRS}, left out."
+    )
+    more_tables = serializers.IntegerField(
+        help_text=f"Tables beyond the first {MAX_TABLES}, left out."
+    )
+
+
 class ExtractionResultSerializer(UtcModelSerializer):
     job = serializers.UUIDField(source="job_id")
     payload = serializers.SerializerMethodField()
+    document = serializers.SerializerMethodField(
+        help_text="The result read into one shape whatever the extractor (pages' text, key/value "
+        "pairs, tables with spans); `payload` is the extractor's own format."
+    )
 
     class Meta:
         model = ExtractionResult
@@ -299,6 +353,7 @@ class ExtractionResultSerializer(UtcModelSerializer):
             "size_bytes",
             "received_at",
             "payload",
+            "document",
             "made_safe",
             "original_sha256",
         ]
@@ -317,6 +372,11 @@ class ExtractionResultSerializer(UtcModelSerializer):
     @extend_schema_field(serializers.JSONField())
     def get_payload(self, result: ExtractionResult) -> Any:
         return result.load_payload()
+
+    @extend_schema_field(ResultDocumentSerializer)
+    def get_document(self, result: ExtractionResult) -> dict[str, Any]:
+        adapter = result.job.extractor.adapter
+        return result_document(adapter, result.load_payload()).as_dict()
 
 
 class JobEventSerializer(UtcModelSerializer):

@@ -41,6 +41,7 @@ from jobtracking.api.docs import (
 from jobtracking.api.errors import problem
 from jobtracking.api.filters import EventFilterSet, JobFilterSet
 from jobtracking.api.markup import render as render_markup
+from jobtracking.api.metrics import DatabaseCollector
 from jobtracking.api.pagination import KeysetCursorPagination
 from jobtracking.api.parsers import SafeJSONParser
 from jobtracking.api.permissions import JOB_ACTIONS, ActionPermission
@@ -479,4 +480,4 @@ class MetricsView(APIView):
 
     @extend_schema(exclude=True)
     def get(self, request):
-        return HttpResponse(render_metrics(), content_type=CONTENT_TYPE_LATEST)
+        return HttpResponse(render_metrics(DatabaseCollector()), content_type=CONTENT_TYPE_LATEST)

@@ -91,8 +91,8 @@ webhook_endpoints_docs = extend_schema_view(
     partial_update=extend_schema(
         parameters=[ENDPOINT_ID],
         summary="Change a webhook endpoint",
-        description="Change any of `url`, `event_types`, `description`, `enabled`, "
-        "`all_jobs`; the others stay. A disabled endpoint receives no new events.",
+        description="Change any of `url`, `event_types`, `all_event_types`, `description`, "
+        "`enabled`, `all_jobs`; the others stay. A disabled endpoint receives no new events.",
     ),
     destroy=extend_schema(
         parameters=[ENDPOINT_ID],

@@ -9,7 +9,13 @@ from jobtracking.models import DeliveryAttempt, WebhookDelivery, WebhookSubscrip
 from jobtracking.selectors import VIEW_ALL
 from jobtracking.webhooks import Outcome, is_delivered
 
-EVENT_TYPES_HELP = "Event types to receive; empty (the default) means every type, new ones too."
+EVENT_TYPES_HELP = (
+    "The event types to receive; empty only with `all_event_types` (an empty list alone is "
+    "refused)."
+)
+ALL_EVENT_TYPES_HELP = (
+    "Receive every event type, including ones added later (then `event_types` is empty)."
+)
 ALL_JOBS_HELP = (
     "Receive the events of every client's jobs (needs the view-all permission). Otherwise, "
     "only those of the jobs this client requested."
@@ -29,6 +35,7 @@ def event_types_field(**kwargs) -> serializers.ListField:
 
 class WebhookEndpointSerializer(UtcModelSerializer):
     event_types = event_types_field()
+    all_event_types = serializers.BooleanField(help_text=ALL_EVENT_TYPES_HELP)
     enabled = serializers.BooleanField(source="active", help_text="Whether events are sent to it.")
     all_jobs = serializers.BooleanField(help_text=ALL_JOBS_HELP)
 
@@ -39,6 +46,7 @@ class WebhookEndpointSerializer(UtcModelSerializer):
             "url",
             "description",
             "event_types",
+            "all_event_types",
             "enabled",
             "all_jobs",
             "created_at",
@@ -135,7 +143,12 @@ class WebhookEndpointInputSerializer(StrictSerializer):
         max_length=2000,
         help_text="Where events are POSTed: http(s), reaching a public address.",
     )
+    # Either, not both: a new endpoint names its event types or chooses all of them (the
+    # model's `clean` says so, as in the admin).
     event_types = event_types_field(required=False)
+    all_event_types = serializers.BooleanField(
+        required=False, help_text=f"{ALL_EVENT_TYPES_HELP} Default: false."
+    )
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
     enabled = serializers.BooleanField(required=False, help_text="Default: true.")
     all_jobs = serializers.BooleanField(

@@ -3,7 +3,7 @@ one `process_jobs` task per batch of one extractor's jobs. Beside it, a child pr
 webhook delivery lane (`jobtracking.engine.delivery_lane`), which never goes through the broker
 (and which the dispatcher starts again if it ends unasked). Whatever error a round meets, the
 loop logs it and goes on after a short backoff.
-A new job wakes it at once (PostgreSQL `NOTIFY`, see `jobtracking.engine.wakeup`); otherwise it
+A new job wakes it at once (PostgreSQL `NOTIFY`, see `jobtracking.infra.wakeup`); otherwise it
 looks every `JOBS_DISPATCH_IDLE_SECONDS`.
 
 Claiming uses `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL, so several dispatchers on several
@@ -30,16 +30,16 @@ from django_q.brokers import get_broker
 
 from jobtracking import states
 from jobtracking.engine.delivery_lane import DeliveryLane, backoff, deliveries_send_due
-from jobtracking.engine.priorities import round_robin, split
-from jobtracking.engine.queue import enqueue_batch
-from jobtracking.engine.wakeup import Listener
 from jobtracking.infra.metrics import LANE_RESTARTS, LOOP_ERRORS
+from jobtracking.infra.queue import enqueue_batch
+from jobtracking.infra.wakeup import Listener
 from jobtracking.models import (
-    ACTIVE_STATUS,
     REQUESTER_KEY,
     ExtractionJob,
     ServiceHeartbeat,
+    status_in,
 )
+from jobtracking.priorities import round_robin, split
 from jobtracking.services.engine import jobs_claim
 from jobtracking.services.housekeeping import heartbeat_record
 
@@ -70,7 +70,10 @@ def claim_due_jobs(*, batch_size: int, lease: timedelta) -> list[UUID]:
         queues = defaultdict(list)
         for priority, requester in active_queues():
             due = ExtractionJob.objects.annotate(requester=REQUESTER_KEY).filter(
-                ACTIVE_STATUS, priority=priority, requester=requester, due_at__lte=now
+                status_in(states.DISPATCHED),
+                priority=priority,
+                requester=requester,
+                due_at__lte=now,
             )
             if connection.features.has_select_for_update_skip_locked:
                 due = due.select_for_update(skip_locked=True, of=("self",))
@@ -86,10 +89,11 @@ def claim_due_jobs(*, batch_size: int, lease: timedelta) -> list[UUID]:
     return [pk for pk, _ in rows]
 
 
-# The (priority, requester) pairs that have active jobs, by a skip scan of `job_due_fair_idx`:
-# each step finds the next pair with one index probe, so the cost follows the number of pairs
-# (a few clients times three priorities), not the number of jobs. A pair travels as one number,
-# priority * 2**32 + requester, because a scalar subquery returns one column.
+# The (priority, requester) pairs that have jobs the dispatcher works on (`states.DISPATCHED`), by
+# a skip scan of `job_due_fair_idx`: each step finds the next pair with one index probe, so the
+# cost follows the number of pairs (a few clients times three priorities), not the number of jobs.
+# A pair travels as one number, priority * 2**32 + requester, because a scalar subquery returns
+# one column.
 ACTIVE_QUEUES_SQL = """
 WITH RECURSIVE pairs(k) AS (
     SELECT (SELECT priority * 4294967296 + COALESCE(requested_by_id, 0) FROM {table}
@@ -106,13 +110,13 @@ SELECT k / 4294967296, k %% 4294967296 FROM pairs WHERE k IS NOT NULL
 
 
 def active_queues() -> list[tuple[int, int]]:
-    active = sorted(states.ACTIVE)
+    dispatched = sorted(states.DISPATCHED)
     sql = ACTIVE_QUEUES_SQL.format(
         table=connection.ops.quote_name(ExtractionJob._meta.db_table),
-        active=", ".join(["%s"] * len(active)),
+        active=", ".join(["%s"] * len(dispatched)),
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, active * 2)
+        cursor.execute(sql, dispatched * 2)
         return [(int(priority), int(requester)) for priority, requester in cursor.fetchall()]
 
 

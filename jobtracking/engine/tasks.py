@@ -553,18 +553,20 @@ def cancel_at_extractor(job_id: str) -> None:
 
 
 def reap_stuck_jobs() -> dict[str, int]:
-    """Safety net (a django-q2 schedule and `manage.py reap_stuck_jobs`): time out overdue jobs,
-    hand back jobs whose submission lease expired (their worker died), and make every active job
-    without a due_at due now. The dispatcher then acts on them. Also completes the batches whose
-    completion a dead process left unrecorded (`batches_complete_due`)."""
+    """Safety net (a django-q2 schedule and `manage.py reap_stuck_jobs`): time out overdue jobs
+    of the statuses a deadline reaps (`states.REAPED_AT_DEADLINE`), hand back jobs whose
+    submission lease expired (their worker died), and make every dispatched job without a due_at
+    due now. The dispatcher then acts on them; a job in another active status (one that waits
+    for a person) is left as it is. Also completes the batches whose completion a dead process
+    left unrecorded (`batches_complete_due`)."""
     now = timezone.now()
-    active = ExtractionJob.objects.filter(status__in=states.ACTIVE)
-    overdue = list(active.filter(deadline_at__lte=now).values_list("pk", flat=True))
+    reaped = ExtractionJob.objects.filter(status__in=sorted(states.REAPED_AT_DEADLINE))
+    overdue = list(reaped.filter(deadline_at__lte=now).values_list("pk", flat=True))
     timed_out = sum(_ignore_moved_on(job_time_out, job_id=pk) is not None for pk in overdue)
     expired = list(
-        active.filter(status=states.SUBMITTING, lease_expires_at__lte=now).values_list(
-            "pk", flat=True
-        )
+        ExtractionJob.objects.filter(
+            status=states.SUBMITTING, lease_expires_at__lte=now
+        ).values_list("pk", flat=True)
     )
     handed_back = sum(
         _ignore_moved_on(job_hand_back_expired_lease, job_id=pk) is not None for pk in expired

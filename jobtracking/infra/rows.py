@@ -6,8 +6,13 @@ connection (`prepared_cursor`), where rows as separate parameters cost more to b
 insert. The values every row shares travel once (`RowSet`): most of a bulk create's job columns
 are the same in each row, and PostgreSQL reads far fewer values. Each value is the one
 `bulk_create` sends (the field's `pre_save`, then its `get_db_prep_save`), generated columns are
-left to the database, and a value left at the field's `db_default` gets the database's default.
-orjson writes the JSON, much faster than the standard library at a bulk create's rows."""
+left to the database, and a value the model's constructor left to the column's `db_default` gets
+the database's default. orjson writes the JSON, much faster than the standard library at a bulk
+create's rows.
+
+Django's documented API only (`tests/test_public_django.py` holds the product to it): objects
+come from the model's constructor, values from the field's `pre_save` and `get_db_prep_save`,
+the statement runs on psycopg's own cursor."""
 
 import contextlib
 import datetime
@@ -15,21 +20,20 @@ import decimal
 import functools
 import ipaddress
 import json
+import logging
 import math
 import operator
+import time
 import uuid
+from collections.abc import Callable
 from typing import NamedTuple
 
 import orjson
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections, models
-from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-from django.db.models import signals
-from django.db.models.base import ModelState
-from django.db.models.expressions import DatabaseDefault
-from django.db.models.fields import AutoFieldMixin
+from django import db
+from django.db import connections, models
+from django.db.models import DEFERRED
 from django.db.models.fields.files import FieldFile
-from django.utils.duration import duration_iso_string
 from psycopg.types.json import Json, Jsonb
 
 # A value left at its field's `db_default`: its row leaves the column's key out.
@@ -37,10 +41,14 @@ _DEFAULT = object()
 _FLOATS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 # Most prepared values: the row holds them as they are.
 _AS_IS = frozenset({str, int, bool, type(None), datetime.datetime, datetime.date, uuid.UUID})
+# Columns the database writes: generated ones, and ids it generates.
+_NOT_WRITTEN = (models.GeneratedField, models.AutoField, models.BigAutoField, models.SmallAutoField)
+# Django's SQL logger (its documented `django.db.backends`), which Django's own cursors use.
+_SQL_LOG = logging.getLogger("django.db.backends")
 
 
 def _connection():
-    return connections[DEFAULT_DB_ALIAS]
+    return connections["default"]
 
 
 @functools.cache
@@ -50,9 +58,7 @@ def insert_fields(model: type[models.Model], *, exclude: tuple[str, ...] = ()) -
     return tuple(
         field
         for field in model._meta.concrete_fields
-        if not field.generated
-        and not isinstance(field, AutoFieldMixin)
-        and field.name not in exclude
+        if not isinstance(field, _NOT_WRITTEN) and field.name not in exclude
     )
 
 
@@ -68,9 +74,9 @@ def _prepared(field: models.Field, value, connection):
         return json.loads(value.dumps(value.obj))  # as the encoder wrote it
     if isinstance(value, float) and not math.isfinite(value):
         return _FLOATS[str(value)]  # which orjson would write as null
-    if isinstance(value, DatabaseDefault):
-        return _DEFAULT
-    if hasattr(value, "as_sql"):
+    if hasattr(value, "resolve_expression"):
+        if value == _database_default(field):  # as the model's constructor left it
+            return _DEFAULT
         raise TypeError(f"{value!r}: an expression, which only the ORM can insert")
     return value
 
@@ -116,11 +122,12 @@ _PLAIN = {
 
 
 @functools.cache
-def _plain(field: models.Field) -> tuple[tuple, object]:
+def _plain(field: models.Field) -> tuple[frozenset, object]:
     """The value types this field writes as they are, and their conversion if any."""
     if type(field) is models.JSONField and field.encoder is None:
-        return (dict, list), None
-    return _PLAIN.get(type(field), ((), None))
+        return frozenset((dict, list)), None
+    types, convert = _PLAIN.get(type(field), ((), None))
+    return frozenset(types), convert
 
 
 def _prepared_fast(field: models.Field, value, connection):
@@ -136,9 +143,13 @@ def _values(objs: list[models.Model], field: models.Field) -> list:
     """The field's value of each object as `bulk_create` sends it (`SQLInsertCompiler`). An
     object holding the very value the previous one held gets the same prepared value: a
     bulk create's objects share most of theirs."""
+    saved = _saved(objs, field)
+    plain_types, convert = _plain(field)
+    if convert is None and set(map(type, saved)) <= plain_types:
+        return saved  # every value written as it is (read at C speed)
     connection = _connection()
     values, last, prepared = [], object(), None
-    for value in _saved(objs, field):
+    for value in saved:
         if value is not last:
             last, prepared = value, _prepared_fast(field, value, connection)
         values.append(prepared)
@@ -154,8 +165,8 @@ def _text(value):
         value, decimal.Decimal | uuid.UUID | ipaddress.IPv4Address | ipaddress.IPv6Address
     ):
         return str(value)
-    if isinstance(value, datetime.timedelta):
-        return duration_iso_string(value)
+    if isinstance(value, datetime.timedelta):  # days apart, as psycopg sends an interval
+        return f"{value.days} days {value.seconds}.{value.microseconds:06d} seconds"
     if isinstance(value, psycopg.Binary):
         value = value.obj
     if isinstance(value, bytes | bytearray | memoryview):
@@ -218,51 +229,73 @@ def row_set(objs: list[models.Model], fields: tuple) -> RowSet:
         elif values[0] is not _DEFAULT:
             shared[field.column] = values[0]
     names = [field.column for field in own]
-    rows = [
-        {name: value for name, value in zip(names, row, strict=True) if value is not _DEFAULT}
-        for row in zip(*own_values, strict=True)
-    ]
+    if any(_database_default(field) is not None for field in own):
+        rows = [
+            {name: value for name, value in zip(names, row, strict=True) if value is not _DEFAULT}
+            for row in zip(*own_values, strict=True)
+        ]
+    else:  # no value can be left to the database
+        rows = [dict(zip(names, row, strict=True)) for row in zip(*own_values, strict=True)]
     return RowSet(tuple(own), _dumps(rows or [{}] * len(objs)), _dumps(shared))
 
 
+class _Constructor(NamedTuple):
+    """How `instance` calls a model's constructor: with every concrete field's value in order,
+    as `Model.from_db` does (the constructor's fast path, which Django documents there)."""
+
+    positions: dict[str, int]  # by attname
+    defaults: list  # each field's `get_default()`, as the constructor sets it (DEFERRED: generated)
+    made: tuple[tuple[int, str, Callable], ...]  # callable defaults: called for each object
+
+
 @functools.cache
-def _defaults(model: type[models.Model]) -> tuple[dict, tuple, frozenset[str]]:
-    """A model's field defaults as `Model.__init__` sets them (not a generated field's): the
-    fixed ones, the callables (id, an empty dict) by attname, and every attname."""
-    fixed, made = {}, []
-    fields = [field for field in model._meta.concrete_fields if not field.generated]
-    for field in fields:
-        if field.has_default() and callable(field.default):
-            made.append((field.attname, field.default))
-        else:
-            fixed[field.attname] = field.get_default()
-    return fixed, tuple(made), frozenset(field.attname for field in fields)
+def _constructor(model: type[models.Model]) -> _Constructor:
+    fields = model._meta.concrete_fields
+    made = tuple(
+        (position, field.attname, field.get_default)
+        for position, field in enumerate(fields)
+        if field.has_default() and callable(field.default)
+    )
+    return _Constructor(
+        positions={field.attname: position for position, field in enumerate(fields)},
+        defaults=[
+            DEFERRED if isinstance(field, models.GeneratedField) else field.get_default()
+            for field in fields
+        ],
+        made=made,
+    )
+
+
+@functools.cache
+def _database_default(field: models.Field):
+    """What the model's constructor leaves in a field it leaves to the column's `db_default`
+    (the field's default: an expression, equal to every other such one of the field), else
+    None."""
+    constructor = _constructor(field.model)
+    value = constructor.defaults[constructor.positions[field.attname]]
+    return value if hasattr(value, "resolve_expression") else None
 
 
 def instance(model: type[models.Model], **values) -> models.Model:
     """`model(**values)` (foreign keys by attname, `extractor_id`), the fields' defaults for the
-    others, with the values put in the instance's `__dict__` as `Model.__init__` leaves them.
-    Several times as fast, which counts for the many objects of a bulk create. Where a
-    receiver listens to `pre_init` or `post_init` (for any model: cheaper to ask) the model's
-    own `__init__` builds it."""
-    fixed, made, attnames = _defaults(model)
-    if unknown := values.keys() - attnames:
+    others: the model's constructor, called with every field's value in order, which is several
+    times as fast as with keywords and counts for the many objects of a bulk create."""
+    constructor = _constructor(model)
+    if unknown := values.keys() - constructor.positions.keys():
         raise TypeError(f"{model.__name__} has no fields {sorted(unknown)}")
-    if signals.pre_init.receivers or signals.post_init.receivers:
-        return model(**values)
-    obj = model.__new__(model)
-    state = obj.__dict__
-    state.update(fixed)
-    for attname, default in made:
+    args = constructor.defaults.copy()
+    for position, attname, default in constructor.made:
         if attname not in values:
-            state[attname] = default()
-    state.update(values)
-    obj._state = ModelState()
-    return obj
+            args[position] = default()
+    positions = constructor.positions
+    for attname, value in values.items():
+        args[positions[attname]] = value
+    return model(*args)
 
 
 def quote(name: str) -> str:
-    return _connection().ops.quote_name(name)
+    """A table's or column's name as PostgreSQL reads an identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 @functools.cache
@@ -274,12 +307,19 @@ def table(model: type[models.Model]) -> str:
     return quote(model._meta.db_table)
 
 
+@functools.cache
 def _db_default_sql(field: models.Field) -> str:
-    """The field's `db_default` as the SQL its migration gave the column's DEFAULT, literals
-    inlined, for a statement with parameters."""
-    connection = _connection()
-    sql, params = connection.schema_editor().db_default_sql(field)
-    return connection.ops.compose_sql(sql, params).replace("%", "%%")
+    """The column's DEFAULT as the database holds it (its migration set it from the field's
+    `db_default`), for a statement with parameters: what an omitted column or DEFAULT inserts."""
+    with _connection().cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute a "
+            "ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
+            "WHERE d.adrelid = %s::regclass AND a.attname = %s",
+            [table(field.model), field.column],
+        )
+        row = cursor.fetchone()
+    return ("NULL" if row is None else row[0]).replace("%", "%%")
 
 
 def _value(field: models.Field, alias: str) -> str:
@@ -287,7 +327,7 @@ def _value(field: models.Field, alias: str) -> str:
     in it, that default (as an omitted column or DEFAULT would, which an INSERT … SELECT cannot
     say per row)."""
     column = f"{alias}.{quote(field.column)}"
-    if not field.has_db_default():
+    if _database_default(field) is None:
         return column
     key = "'" + field.column.replace("'", "''") + "'"
     return (
@@ -301,7 +341,7 @@ def _from_json(model: type[models.Model], alias: str, fields: tuple, *, many: bo
     object) as `alias`. Where one of the fields has a `db_default`, each row's object is
     `{alias}_json.j` too, to tell a key left out from a null."""
     record = f"NULL::{table(model)}"
-    if not any(field.has_db_default() for field in fields):
+    if all(_database_default(field) is None for field in fields):
         expand = "json_populate_recordset" if many else "json_populate_record"
         # json, not jsonb: read once, the text need not become jsonb first.
         return f"{expand}({record}, %s::json) {alias}"
@@ -345,28 +385,83 @@ def insert_statement(
     return f"{sql} RETURNING {returning}" if returning else sql
 
 
-class _DebugCursor(CursorDebugWrapper):
-    """Django's query log, of the statement as given: Django reads what it logs from a cursor
-    that binds client-side, and psycopg keeps no text for a prepared statement's run."""
+# Django's exceptions for psycopg's (the DB-API's), most specific first, as Django's own cursors
+# raise them: "the Django wrappers for database exceptions behave exactly the same as the
+# underlying database exceptions", which is their `__cause__`.
+_ERRORS = tuple(
+    (getattr(psycopg, error.__name__), error)
+    for error in (
+        db.DataError,
+        db.OperationalError,
+        db.IntegrityError,
+        db.InternalError,
+        db.ProgrammingError,
+        db.NotSupportedError,
+        db.DatabaseError,
+        db.InterfaceError,
+        db.Error,
+    )
+)
 
-    def execute(self, sql, params=None):
-        with self.debug_sql(sql, params):
-            return CursorWrapper.execute(self, sql, params)
+
+def _django_error(error: psycopg.Error) -> db.Error:
+    for theirs, ours in _ERRORS:
+        if isinstance(error, theirs):
+            return ours(*error.args)
+    return db.Error(*error.args)
+
+
+class PreparedCursor:
+    """psycopg's cursor, which sends the parameters apart from the statement (so that psycopg
+    can prepare it), with what a Django cursor adds: Django's exceptions, its SQL log and the
+    connection's query log (`connection.queries`, `CaptureQueriesContext`)."""
+
+    def __init__(self, cursor: psycopg.Cursor, connection) -> None:
+        self.cursor = cursor
+        self.connection = connection
+
+    def execute(self, sql: str, params=None) -> None:
+        started = time.monotonic()
+        try:
+            self.cursor.execute(sql, params)
+        except psycopg.Error as error:
+            raise _django_error(error) from error
+        finally:
+            self._logged(sql, params, time.monotonic() - started)
+
+    def fetchone(self):
+        return self.cursor.fetchone()
+
+    def fetchall(self) -> list:
+        return self.cursor.fetchall()
+
+    def _logged(self, sql: str, params, duration: float) -> None:
+        # As Django's cursors log while queries are logged (DEBUG, or a test capturing them).
+        # Django documents `connection.queries` but not how its cursors add to it: should that
+        # change, this leaves the statement out of it (and the prepared cursor's tests fail).
+        connection = self.connection
+        if not getattr(connection, "queries_logged", False):
+            return
+        with contextlib.suppress(AttributeError):
+            connection.queries_log.append({"sql": sql, "time": f"{duration:.3f}"})
+        _SQL_LOG.debug(
+            "(%.3f) %s; args=%s; alias=%s",
+            duration,
+            sql,
+            params,
+            connection.alias,
+            extra={"duration": duration, "sql": sql, "params": params, "alias": connection.alias},
+        )
 
 
 @contextlib.contextmanager
 def prepared_cursor():
-    """A Django cursor (its query log, errors and execute wrappers) whose statement psycopg
-    prepares once per database connection, where DATABASES' `prepare_threshold` lets it
-    (`DB_PREPARED_STATEMENTS`): PostgreSQL then neither parses nor plans it again. Django's own
-    cursors send the parameters inlined, which psycopg cannot prepare; this one sends them
-    apart. The statement runs in the connection's transaction, as any other. PostgreSQL only."""
+    """A cursor whose statement psycopg prepares once per database connection, where DATABASES'
+    `prepare_threshold` lets it (`DB_PREPARED_STATEMENTS`): PostgreSQL then neither parses nor
+    plans it again. Django's own cursors send the parameters inlined, which psycopg cannot
+    prepare; this one, psycopg's own cursor on the connection a Django cursor opened (and
+    checked), sends them apart. The statement runs in the connection's transaction, as any
+    other. PostgreSQL only."""
     connection = _connection()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    with connection.wrap_database_errors:
-        raw = psycopg.Cursor(connection.connection)
-    wrapper = _DebugCursor if connection.queries_logged else CursorWrapper
-    with wrapper(raw, connection) as cursor:
-        yield cursor
+    with connection.cursor() as django_cursor, psycopg.Cursor(django_cursor.connection) as raw:
+        yield PreparedCursor(raw, connection)

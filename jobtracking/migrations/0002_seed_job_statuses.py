@@ -1,6 +1,19 @@
 from django.db import migrations
 
-from jobtracking.states import STATUSES
+# The statuses as they were when this migration was written. A migration never reads the live
+# declarations (`jobtracking.states`): a status added later would reach only the databases built
+# after it, never one that had run this already. Each new status inserts its own row, as it is
+# then, in the migration that adds it.
+STATUSES = (
+    ("pending", "Pending", False, "Created or requeued, waiting to be submitted"),
+    ("submitting", "Submitting", False, "A worker holds a lease and is sending it to the extractor"),
+    ("submitted", "Submitted", False, "The extractor accepted it, not yet running"),
+    ("processing", "Processing", False, "The extractor reports it running"),
+    ("succeeded", "Succeeded", True, "The extractor finished and the result is stored"),
+    ("failed", "Failed", True, "Permanent error, or retries or error budget exhausted"),
+    ("timed_out", "Timed out", True, "The job's deadline passed before the extractor finished"),
+    ("cancelled", "Cancelled", True, "Cancelled by a person or client, or by the extractor"),
+)
 
 
 def seed_statuses(apps, schema_editor):

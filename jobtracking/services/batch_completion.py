@@ -35,7 +35,7 @@ from jobtracking import states
 from jobtracking.events import batch_event_payload
 from jobtracking.infra.rows import quote, table
 from jobtracking.models import Batch, ExtractionJob, JobEvent
-from jobtracking.selectors import batch_has_jobs
+from jobtracking.selectors import batch_has_jobs, batch_summary
 from jobtracking.services.deliveries import deliveries_fan_out
 
 
@@ -44,7 +44,12 @@ def batch_events_write(batches: Collection[Batch], event_type: str) -> list[JobE
     in the transaction that makes the change the events describe."""
     now = timezone.now()
     events = JobEvent.objects.bulk_create(
-        JobEvent(batch=batch, type=event_type, payload=batch_event_payload(batch), created_at=now)
+        JobEvent(
+            batch=batch,
+            type=event_type,
+            payload=batch_event_payload(batch, batch_summary(batch)),
+            created_at=now,
+        )
         for batch in batches
     )
     deliveries_fan_out(events)

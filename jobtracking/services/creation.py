@@ -1,6 +1,6 @@
 """Creating jobs: one at a time (optionally keyed by the client's Idempotency-Key) or many in
 one transaction. A new job is `pending` and due at once; its creating transaction wakes the
-dispatcher (`jobtracking.engine.wakeup`), which hands it to a worker as soon as it has committed."""
+dispatcher (`jobtracking.infra.wakeup`), which hands it to a worker as soon as it has committed."""
 
 import contextlib
 import dataclasses
@@ -19,8 +19,6 @@ from django.utils import timezone
 
 from extraction.models import Extractor
 from jobtracking import states
-from jobtracking.engine.wakeup import CHANNEL as WAKE_CHANNEL
-from jobtracking.engine.wakeup import NOTIFY_SQL, notify_due
 from jobtracking.errors import (
     ActiveJobExistsError,
     ApplicationError,
@@ -47,6 +45,8 @@ from jobtracking.infra.rows import (
     select_rows,
     table,
 )
+from jobtracking.infra.wakeup import CHANNEL as WAKE_CHANNEL
+from jobtracking.infra.wakeup import NOTIFY_SQL, notify_due
 from jobtracking.models import Batch, ExtractionJob, JobEvent, JobStatusChange, Priority
 from jobtracking.services.deliveries import deliveries_fan_out, fan_out_statement, fan_out_values
 from jobtracking.services.transitions import Actor, active_job_error, holder_error

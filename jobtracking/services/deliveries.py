@@ -143,13 +143,13 @@ def fan_out_statement(events: str, jobs: str) -> str:
         f"{meta.get_field('subscription').column}, {columns(fields)}) "
         # The active subscriptions, each one's reach once (not once per event and
         # subscription, as the planner would if the subquery were merged into the join).
-        f"WITH s AS MATERIALIZED (SELECT s.id, s.event_types, s.created_by_id, "
-        f"{reaches_all_sql('s')} AS reaches_all FROM {table(WebhookSubscription)} s "
-        "WHERE s.active) "
+        f"WITH s AS MATERIALIZED (SELECT s.id, s.event_types, s.all_event_types, "
+        f"s.created_by_id, {reaches_all_sql('s')} AS reaches_all "
+        f"FROM {table(WebhookSubscription)} s WHERE s.active) "
         f"SELECT e.id, s.id, t.* FROM {events} e JOIN {jobs} j ON j.id = e.job_id "
-        # `wants`: no event types means every type; a job its owner may see.
-        "JOIN s ON (s.event_types IN ('[]'::jsonb, 'null'::jsonb) "
-        "OR jsonb_exists(s.event_types, e.type)) "
+        # `wants`: every type when chosen explicitly, else the listed ones; a job its owner
+        # may see.
+        "JOIN s ON (s.all_event_types OR jsonb_exists(s.event_types, e.type)) "
         "AND (s.reaches_all OR s.created_by_id IS NOT DISTINCT FROM j.requested_by_id) "
         f"CROSS JOIN ({select_rows(WebhookDelivery, fields)}) t "
         "RETURNING id"

@@ -39,9 +39,8 @@ from extraction.clients.base import ExtractionOutput
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
-from jobtracking.engine.priorities import lane_rate, pending_priorities, split, submit_lanes
-from jobtracking.engine.queue import enqueue_cancel_at_extractor
 from jobtracking.errors import JobMovedOnError
+from jobtracking.infra.queue import enqueue_cancel_at_extractor
 from jobtracking.infra.storable import safe_json, safe_text
 from jobtracking.models import (
     ExtractionJob,
@@ -50,13 +49,13 @@ from jobtracking.models import (
     Priority,
     RateSlot,
 )
+from jobtracking.priorities import lane_rate, pending_priorities, split, submit_lanes
 from jobtracking.services.circuits import circuit_gate
 from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
 from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
 
 logger = logging.getLogger(__name__)
 
-IN_FLIGHT = (states.SUBMITTING, states.SUBMITTED, states.PROCESSING)
 IN_FLIGHT_LOCK = 0x6A6F62  # advisory lock namespace ("job"); the second key is the extractor id
 HORIZON = timedelta(seconds=1)
 # Errors of the database itself: no job's data causes them, so no job is failed for them.
@@ -161,7 +160,7 @@ def _lease_moves(
     started: StartedBatch,
 ) -> list[Move]:
     """Leases for as many candidates as the extractor's in-flight cap and submission rate allow,
-    priority by priority (`jobtracking.engine.priorities`); the others are deferred."""
+    priority by priority (`jobtracking.priorities`); the others are deferred."""
     by_priority = defaultdict(list)
     for job in candidates:
         by_priority[job.priority].append(job)
@@ -247,7 +246,9 @@ def _in_flight_rooms(
         # Held to the end of this transaction: two lease steps for one extractor count in turn.
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [IN_FLIGHT_LOCK, extractor.pk])
-    in_flight = ExtractionJob.objects.filter(extractor=extractor, status__in=IN_FLIGHT)
+    in_flight = ExtractionJob.objects.filter(
+        extractor=extractor, status__in=sorted(states.IN_FLIGHT)
+    )
     running = Counter(dict(in_flight.order_by().values_list("priority").annotate(Count("pk"))))
     # Jobs handed back in this same step are still counted as submitting.
     running.subtract(handed_back)

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from extraction.models import Extractor
 from jobtracking import states
-from jobtracking.engine.wakeup import notify_due
+from jobtracking.infra.wakeup import notify_due
 from jobtracking.models import ExtractionJob, ExtractorHealth
 from jobtracking.services.circuits import circuit_pause, circuit_resume
 

@@ -17,7 +17,8 @@ def heartbeat_record(kind: str, name: str | None = None, **details) -> None:
 
 
 def jobs_due_repair(now) -> int:
-    """Make every active job without a due time due now (none should be: a safety net)."""
-    return ExtractionJob.objects.filter(status__in=states.ACTIVE, due_at__isnull=True).update(
-        due_at=now
-    )
+    """Make every job the dispatcher works on (`states.DISPATCHED`) without a due time due now
+    (none should be: a safety net). A job waiting for a person is not due."""
+    return ExtractionJob.objects.filter(
+        status__in=sorted(states.DISPATCHED), due_at__isnull=True
+    ).update(due_at=now)

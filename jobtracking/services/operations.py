@@ -10,8 +10,6 @@ from django.utils import timezone
 
 from extraction.errors import ErrorCode
 from jobtracking import states
-from jobtracking.engine.queue import enqueue_cancel_at_extractor
-from jobtracking.engine.wakeup import notify_due
 from jobtracking.errors import (
     ActiveJobExistsError,
     ApplicationError,
@@ -19,6 +17,8 @@ from jobtracking.errors import (
     InvalidTransitionError,
     JobMovedOnError,
 )
+from jobtracking.infra.queue import enqueue_cancel_at_extractor
+from jobtracking.infra.wakeup import notify_due
 from jobtracking.models import ExtractionJob, Priority
 from jobtracking.representation import moment
 from jobtracking.services.transitions import (
@@ -186,14 +186,15 @@ def time_out(job: ExtractionJob) -> None:
 
 
 def job_time_out(*, job_id: UUID | str) -> ExtractionJob:
-    """→ timed_out once the deadline has passed; the extractor is asked to cancel."""
+    """→ timed_out once the deadline has passed, from a status a deadline reaps (another is
+    refused as moved on); the extractor is asked to cancel."""
     with transaction.atomic():
         job = job_transition(
             job_id=job_id,
             to_status=states.TIMED_OUT,
             actor=SYSTEM,
             reason="Deadline passed",
-            expected_from=states.ACTIVE,
+            expected_from=states.REAPED_AT_DEADLINE,
             prepare=time_out,
         )
         cancel_remote_on_commit(job)

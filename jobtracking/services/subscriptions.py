@@ -1,6 +1,6 @@
 """Webhook subscriptions' writes: an API client's endpoints, and the secret rotation the admin
-and the API share. Each is checked by the model's `clean` (the URL guard, known event types),
-as the admin's form checks it."""
+and the API share. Each is checked by the model's `clean` (the URL guard, known event types,
+the listed types or all of them), as the admin's form checks it."""
 
 from typing import Any
 
@@ -10,7 +10,7 @@ from django.db import transaction
 from jobtracking.models import WebhookSubscription
 
 # What a client may change on its own endpoint.
-EDITABLE = ("url", "description", "event_types", "active", "all_jobs")
+EDITABLE = ("url", "description", "event_types", "all_event_types", "active", "all_jobs")
 
 
 def subscription_create(*, owner: AbstractBaseUser, **fields: Any) -> WebhookSubscription:

@@ -148,7 +148,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
             if job is None:
                 raise JobNotFoundError(f"No job {move.job_id}.")
             from_status = job.status_id
-            _check(job, move)
+            _check(job, move, actor)
             if move.prepare is not None:
                 move.prepare(job)
         except ApplicationError as error:
@@ -186,7 +186,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
     return outcome
 
 
-def _check(job: ExtractionJob, move: Move) -> None:
+def _check(job: ExtractionJob, move: Move, actor: Actor) -> None:
     current = job.status_id
     if move.expected_from is not None and current not in move.expected_from:
         raise JobMovedOnError(
@@ -202,6 +202,11 @@ def _check(job: ExtractionJob, move: Move) -> None:
         )
         message = f"Job {job.id} cannot go from {current} to {to_status}."
         raise error(message, current_status=current)
+    if to_status is not None and not states.may_set(actor.type, to_status):
+        raise InvalidTransitionError(
+            f"An actor of type {actor.type} cannot move a job to {to_status}.",
+            current_status=current,
+        )
 
 
 def _stamp(job: ExtractionJob, move: Move, now) -> None:

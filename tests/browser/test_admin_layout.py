@@ -28,7 +28,7 @@ def record_error(job) -> None:
 
 @pytest.fixture
 def console_jobs():
-    extractor = ExtractorFactory(slug="azure-document-intelligence")
+    extractor = ExtractorFactory(slug="azure-document-intelligence", azure=True)
     # Long words that cannot break at a space: the hardest case for a narrow screen.
     failed = api_job(
         extractor,

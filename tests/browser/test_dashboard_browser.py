@@ -8,7 +8,7 @@ from django.utils import timezone
 from django_q.conf import Conf
 from django_q.tasks import async_task
 
-from jobtracking.engine.queue import enqueue_batch
+from jobtracking.infra.queue import enqueue_batch
 from tests.browser.chromium import ARTIFACTS, MARKS
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 

@@ -172,22 +172,31 @@ def extractor(sandbox):
     )
 
 
-def new_jobs(extractor, count: int, prefix: str = "f") -> list[NewJob]:
-    """Uploads of the sandbox's samples, in turn."""
+def new_jobs(extractor, count: int, prefix: str = "f", *, distinct=False) -> list[NewJob]:
+    """Uploads of the sandbox's samples, in turn; if `distinct`, each a document of its own (a
+    last line naming its file id: a PDF comment, a line of text), as the documents of many
+    clients are (an extractor's circuit counts one document's failures once)."""
     names = [NAMES[n % len(NAMES)] for n in range(count)]
     return [
         NewJob(
             extractor=extractor,
             file_id=f"{prefix}-{n}",
             file_name=name,
-            upload=ContentFile((SAMPLES / name).read_bytes(), name=name),
+            upload=ContentFile(
+                (SAMPLES / name).read_bytes()
+                + (f"\n% {prefix}-{n}\n".encode() if distinct else b""),
+                name=name,
+            ),
         )
         for n, name in enumerate(names)
     ]
 
 
-def create_jobs(extractor, count: int, prefix: str = "f") -> list:
-    return [job_create(new, actor=Actor("api")).pk for new in new_jobs(extractor, count, prefix)]
+def create_jobs(extractor, count: int, prefix: str = "f", *, distinct=False) -> list:
+    return [
+        job_create(new, actor=Actor("api")).pk
+        for new in new_jobs(extractor, count, prefix, distinct=distinct)
+    ]
 
 
 def idle_workers(stack) -> list[int]:

@@ -92,7 +92,7 @@ def wait_for_batch_event(batch: Batch, event_type: str, timeout: float, stack) -
 def assert_counts_agree(payload: dict, jobs) -> None:
     """The event's counts are the jobs' statuses, none of them active any more."""
     counts = Counter(job.status_id for job in jobs)
-    assert payload["by_status"] == {code: counts[code] for code, *_ in states.STATUSES}
+    assert payload["by_status"] == {s.code: counts[s.code] for s in states.STATUSES}
     assert (payload["total"], payload["active"], payload["progress"]) == (len(jobs), 0, 100.0)
 
 

@@ -36,7 +36,9 @@ def lane_stack(seeded_statuses, tmp_path):
 def test_the_lane_is_a_lower_priority_child_that_delivers(lane_stack, extractor, httpserver):
     _stack, dispatcher, lane = lane_stack
     httpserver.expect_request("/hook", method="POST").respond_with_response(Response(status=204))
-    WebhookSubscription.objects.create(url=httpserver.url_for("/hook"), all_jobs=True)
+    WebhookSubscription.objects.create(
+        url=httpserver.url_for("/hook"), all_event_types=True, all_jobs=True
+    )
 
     create_jobs(extractor, 2)  # job.created each; no cluster runs, so nothing more
 
@@ -68,7 +70,9 @@ def test_the_lane_ends_with_its_dispatcher(lane_stack, sig):
 def test_a_lane_killed_is_started_again_and_deliveries_go_on(lane_stack, extractor, httpserver):
     stack, dispatcher, lane = lane_stack
     httpserver.expect_request("/hook", method="POST").respond_with_response(Response(status=204))
-    WebhookSubscription.objects.create(url=httpserver.url_for("/hook"), all_jobs=True)
+    WebhookSubscription.objects.create(
+        url=httpserver.url_for("/hook"), all_event_types=True, all_jobs=True
+    )
 
     os.kill(lane, signal.SIGKILL)
 

@@ -38,7 +38,7 @@ def test_an_extractor_outage_costs_no_job_and_gets_probes_not_calls_per_job(
     )
     sandbox.outage(OUTAGE_SECONDS)
     down_at = time.monotonic()
-    created_during = create_jobs(extractor, 20, prefix="during")
+    created_during = create_jobs(extractor, 20, prefix="during", distinct=True)
     wait_until(
         lambda: ExtractorHealth.objects.filter(pk=extractor.pk, state=CircuitState.OPEN).exists(),
         OUTAGE_SECONDS,

@@ -1,9 +1,10 @@
 from datetime import timedelta
 
 from extraction.clients.azure_di import AzureDocumentIntelligenceClient
+from extraction.clients.base import ExtractorClient
 from extraction.clients.http_async import HttpAsyncClient
 from extraction.models import Adapter, Extractor
-from extraction.registry import get_client
+from extraction.registry import ADAPTERS, get_client
 
 
 def extractor(pk: int, adapter: str, **fields) -> Extractor:
@@ -33,3 +34,18 @@ def test_get_client_reuses_one_session_until_the_configuration_changes(monkeypat
 
 def test_extractor_without_key_variable_sends_no_key(monkeypatch):
     assert get_client(extractor(20, Adapter.HTTP_ASYNC)).config.api_key == ""
+
+
+def unmatched(choices, registry) -> tuple[set[str], set[str]]:
+    """Adapters an extractor may name that no client serves, and clients registered under a
+    name no extractor may take."""
+    return set(choices) - set(registry), set(registry) - set(choices)
+
+
+def test_every_adapter_choice_has_a_client_and_every_client_a_choice():
+    assert unmatched(Adapter.values, ADAPTERS) == (set(), set())
+    assert all(issubclass(client, ExtractorClient) for client in ADAPTERS.values())
+    # Not blind either way: a choice added alone, or a client registered alone, is named.
+    assert unmatched([*Adapter.values, "ocr_cloud"], ADAPTERS) == ({"ocr_cloud"}, set())
+    registered = {**ADAPTERS, "ocr_cloud": HttpAsyncClient}
+    assert unmatched(Adapter.values, registered) == (set(), {"ocr_cloud"})

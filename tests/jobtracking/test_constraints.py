@@ -52,7 +52,7 @@ def test_job_status_table_is_seeded_by_migration():
     from jobtracking.models import JobStatus
 
     rows = {s.code: s.terminal for s in JobStatus.objects.all()}
-    assert rows == {code: terminal for code, _, terminal, _ in states.STATUSES}
+    assert rows == {status.code: status.terminal for status in states.STATUSES}
 
 
 def test_due_index_is_partial_over_active_jobs_only(django_assert_num_queries):

@@ -13,7 +13,7 @@ from django_q.conf import Conf
 from django_q.models import OrmQ, Schedule
 from django_q.tasks import async_task
 
-from jobtracking.engine.queue import enqueue_batch, enqueue_cancel_at_extractor
+from jobtracking.infra.queue import enqueue_batch, enqueue_cancel_at_extractor
 from jobtracking.models import ExtractionJob
 from jobtracking.selectors import active_jobs_by_extractor, broker_tasks_waiting, job_throughput
 from tests.factories import ExtractionJobFactory, ExtractorFactory

@@ -12,7 +12,7 @@ from importlib.metadata import version
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
@@ -29,6 +29,7 @@ from jobtracking.webhooks import (
     describe_failure,
     send_test_event,
     subscription_secret,
+    wants,
 )
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
 from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
@@ -331,6 +332,48 @@ def test_subscription_validation_refuses_private_urls_and_unknown_types(settings
         WebhookSubscriptionFactory.build(
             url="https://93.184.216.34/h", event_types=["job.exploded"]
         ).full_clean()
+
+
+def test_a_subscription_names_its_event_types_or_chooses_all_of_them_not_both(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    url = "https://93.184.216.34/h"
+    for neither_or_both in (
+        WebhookSubscription(url=url),
+        WebhookSubscription(url=url, event_types=[], all_event_types=False),
+        WebhookSubscription(url=url, event_types=["job.failed"], all_event_types=True),
+    ):
+        with pytest.raises(ValidationError, match="all_event_types") as refused:
+            neither_or_both.full_clean()
+        assert list(refused.value.message_dict) == ["event_types"]
+    WebhookSubscription(url=url, event_types=["job.failed"]).full_clean()
+    WebhookSubscription(url=url, all_event_types=True).full_clean()
+
+
+def test_the_database_refuses_a_subscription_without_event_types():
+    # A subscription written around `full_clean` (a shell, a script) is refused, not saved
+    # receiving nothing, or everything.
+    for neither_or_both in ({}, {"event_types": ["job.failed"], "all_event_types": True}):
+        refused = pytest.raises(IntegrityError, match="subscription_all_or_listed_event_types")
+        with refused, transaction.atomic():
+            WebhookSubscription.objects.create(url="https://hooks.example.org/x", **neither_or_both)
+
+
+def test_wants_a_type_added_later_only_when_every_type_was_chosen():
+    # `job.progressed` stands for a type added after the subscriptions were saved.
+    listed = WebhookSubscription(event_types=["job.succeeded", "job.failed"])
+    every = WebhookSubscription(all_event_types=True)
+    empty = WebhookSubscription(event_types=[])  # refused at every save; it would mean none
+    assert "job.progressed" not in listed.event_types
+    assert [wants(s, "job.progressed", None, True) for s in (listed, every, empty)] == [
+        False,
+        True,
+        False,
+    ]
+    assert [wants(s, "job.failed", None, True) for s in (listed, every, empty)] == [
+        True,
+        True,
+        False,
+    ]
 
 
 def test_delivery_body_is_the_event_as_json(subscription, httpserver):

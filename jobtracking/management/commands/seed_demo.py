@@ -64,6 +64,7 @@ class Command(BaseCommand):
             url=f"{options['sandbox_url']}/_sandbox/webhooks",
             defaults={
                 "description": "Demo receiver (the sandbox keeps what it gets)",
+                "all_event_types": True,
                 "all_jobs": True,
             },
         )

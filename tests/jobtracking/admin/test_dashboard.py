@@ -14,7 +14,7 @@ from django_q.models import OrmQ, Schedule
 from django_q.tasks import async_task
 
 from jobtracking.admin import dashboard
-from jobtracking.engine.queue import enqueue_batch
+from jobtracking.infra.queue import enqueue_batch
 from jobtracking.models import CircuitState, ExtractorHealth, ReceiverHealth, ServiceHeartbeat
 from jobtracking.services.circuits import circuit_pause
 from tests.factories import (

@@ -37,10 +37,35 @@ def test_event_types_are_checkboxes_and_saved_as_a_list(root_client):
     assert WebhookSubscription.objects.get().event_types == ["job.succeeded", "job.failed"]
 
 
+@pytest.mark.parametrize(
+    ("ticked", "saved"),
+    [
+        ({}, None),
+        ({"event_types": ["job.failed"], "all_event_types": "on"}, None),
+        ({"all_event_types": "on"}, ([], True)),
+        ({"event_types": ["job.failed"]}, (["job.failed"], False)),
+    ],
+)
+def test_every_event_type_is_ticked_explicitly_never_implied_by_none(root_client, ticked, saved):
+    response = root_client.post(
+        f"{SUBSCRIPTIONS}add/", {"url": "https://hooks.example.org/a", **ticked}
+    )
+    if saved is None:
+        assert response.status_code == 200
+        assert "all_event_types: every type" in response.content.decode()
+        assert not WebhookSubscription.objects.exists()
+    else:
+        assert response.status_code == 302
+        subscription = WebhookSubscription.objects.get()
+        assert (subscription.event_types, subscription.all_event_types) == saved
+
+
 def test_a_second_subscription_to_the_same_url_is_warned_about(root_client):
     first = WebhookSubscriptionFactory(url="https://hooks.example.org/same")
     page = root_client.post(
-        f"{SUBSCRIPTIONS}add/", {"url": "https://hooks.example.org/same"}, follow=True
+        f"{SUBSCRIPTIONS}add/",
+        {"url": "https://hooks.example.org/same", "all_event_types": "on"},
+        follow=True,
     ).content.decode()
     assert f"Subscription(s) {first.pk} already send to https://hooks.example.org/same" in page
 

@@ -51,7 +51,9 @@ def test_create_errors_are_raised_with_the_problem(live_server, tmp_path):
 
 def test_a_receiver_verifies_what_the_service_signs(httpserver, settings):
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
-    subscription = WebhookSubscription.objects.create(url=httpserver.url_for("/hook"))
+    subscription = WebhookSubscription.objects.create(
+        url=httpserver.url_for("/hook"), all_event_types=True
+    )
     secret = subscription_secret(subscription)
     received = {}
 

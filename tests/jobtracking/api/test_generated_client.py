@@ -420,6 +420,8 @@ def requeue_batch(s: Session) -> None:
 
 
 def new_endpoint(s: Session, **fields):
+    if "event_types" not in fields:
+        fields["all_event_types"] = True
     body = s.models.WebhookEndpointInputRequest(
         url=s.receiver.url_for("/hooks"), description="sdk", **fields
     )

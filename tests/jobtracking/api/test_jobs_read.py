@@ -247,6 +247,61 @@ def test_result_returns_the_latest_attempt_or_the_one_asked(api, owner):
     assert_problem(api.get(f"{URL}{job.pk}/result/?attempt=x"), 400, "validation_error")
 
 
+@pytest.mark.parametrize("azure", [False, True])
+def test_result_gives_the_extractor_s_payload_and_the_one_document_shape(api, owner, azure):
+    payloads = {
+        False: {
+            "pages": [{"number": 1, "text": "Total: 10"}],
+            "key_values": [{"key": "Total", "value": "10", "page": 1}],
+            "tables": [{"page": 1, "rows": [["a", "b"]]}],
+        },
+        True: {
+            "content": "Total: 10",
+            "pages": [{"pageNumber": 1, "spans": [{"offset": 0, "length": 9}]}],
+            "keyValuePairs": [
+                {
+                    "key": {"content": "Total"},
+                    "value": {"content": "10"},
+                    "confidence": 0.5,
+                    "boundingRegions": [{"pageNumber": 1}],
+                }
+            ],
+            "tables": [
+                {
+                    "rowCount": 1,
+                    "columnCount": 2,
+                    "boundingRegions": [{"pageNumber": 1}],
+                    "cells": [
+                        {"rowIndex": 0, "columnIndex": 0, "content": "a"},
+                        {"rowIndex": 0, "columnIndex": 1, "content": "b"},
+                    ],
+                }
+            ],
+        },
+    }
+    job = ExtractionJobFactory(requested_by=owner, succeeded=True, extractor__azure=azure)
+    ExtractionResultFactory(job=job, payload=payloads[azure])
+    body = api.get(f"{URL}{job.pk}/result/").json()
+    assert body["payload"] == payloads[azure]
+    cell = {"header": False, "row_span": 1, "column_span": 1}
+    assert body["document"] == {
+        "pages": [{"number": 1, "text": "Total: 10"}],
+        "key_values": [
+            {"key": "Total", "value": "10", "page": 1, "confidence": 0.5 if azure else None}
+        ],
+        "tables": [
+            {
+                "page": 1,
+                "caption": "",
+                "rows": [[{"text": "a", **cell}, {"text": "b", **cell}]],
+                "truncated": False,
+            }
+        ],
+        "more_pairs": 0,
+        "more_tables": 0,
+    }
+
+
 def test_result_of_a_job_without_one_yet_is_409_with_its_status(api, jobs):
     problem = assert_problem(api.get(f"{URL}{jobs['pending'].pk}/result/"), 409, "result_not_ready")
     assert problem["job_status"] == "pending"

@@ -47,6 +47,9 @@ def hooks(alice):
 
 
 def create(client, **body) -> dict:
+    """A new endpoint; of every event type unless `event_types` are given."""
+    if "event_types" not in body:
+        body["all_event_types"] = True
     response = client.post(URL, {"url": "https://hooks.example.org/a", **body}, format="json")
     assert response.status_code == 201, response.content
     return response.json()
@@ -126,6 +129,50 @@ def test_webhook_endpoints_refuse_unknown_event_types_fields_and_parameters(hook
     problem = assert_problem(hooks.get(URL, {"state": "dead"}), 400, "validation_error")
     assert "Unknown query parameter" in problem["errors"]["state"][0]
     assert not WebhookSubscription.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"event_types": []},
+        {"all_event_types": False},
+        {"event_types": [], "all_event_types": False},
+        {"event_types": ["job.failed"], "all_event_types": True},
+    ],
+)
+def test_webhook_endpoints_name_their_event_types_or_choose_all(hooks, body):
+    # An empty list is no type: every type, new ones included, is chosen explicitly.
+    problem = assert_problem(
+        hooks.post(URL, {"url": "https://hooks.example.org/a", **body}, format="json"),
+        400,
+        "validation_error",
+    )
+    assert "all_event_types" in problem["errors"]["event_types"][0]
+    assert not WebhookSubscription.objects.exists()
+
+
+def test_webhook_endpoints_change_between_listed_and_all_event_types(hooks):
+    endpoint = create(hooks)
+    assert (endpoint["event_types"], endpoint["all_event_types"]) == ([], True)
+    url = f"{URL}{endpoint['id']}/"
+    for refused in ({"event_types": ["job.failed"]}, {"all_event_types": False}):
+        assert_problem(hooks.patch(url, refused, format="json"), 400, "validation_error")
+    assert WebhookSubscription.objects.get().all_event_types is True
+
+    listed = hooks.patch(
+        url, {"event_types": ["job.failed"], "all_event_types": False}, format="json"
+    )
+    assert listed.status_code == 200, listed.content
+    assert (listed.json()["event_types"], listed.json()["all_event_types"]) == (
+        ["job.failed"],
+        False,
+    )
+    assert_problem(hooks.patch(url, {"event_types": []}, format="json"), 400, "validation_error")
+    every = hooks.patch(url, {"event_types": [], "all_event_types": True}, format="json")
+    assert every.status_code == 200, every.content
+    subscription = WebhookSubscription.objects.get()
+    assert (subscription.event_types, subscription.all_event_types) == ([], True)
 
 
 def test_webhook_endpoints_of_another_client_do_not_exist_for_it(hooks, bob):

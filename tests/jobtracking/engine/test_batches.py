@@ -15,8 +15,8 @@ from django_q.tasks import async_task
 
 from jobtracking.engine.dispatcher import WORKERS, Dispatcher, broker_depth, claim_due_jobs
 from jobtracking.engine.tasks import process_jobs
-from jobtracking.engine.wakeup import Listener
 from jobtracking.errors import JobMovedOnError
+from jobtracking.infra.wakeup import Listener
 from jobtracking.models import ExtractionJob, JobEvent, JobStatusChange, RateSlot, ServiceHeartbeat
 from jobtracking.services import (
     SYSTEM,

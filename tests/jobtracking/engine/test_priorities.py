@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.engine.dispatcher import active_queues, claim_due_jobs
-from jobtracking.engine.priorities import round_robin, split, submit_lanes
 from jobtracking.models import ActorType, ExtractionJob, JobStatusChange, Priority, RateSlot
+from jobtracking.priorities import round_robin, split, submit_lanes
 from jobtracking.selectors import queue_by_priority
 from jobtracking.services import Actor, jobs_set_priority
 from jobtracking.services.engine import jobs_start, reserve_slots

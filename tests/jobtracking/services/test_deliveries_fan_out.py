@@ -1,14 +1,28 @@
-"""Who receives an event: a subscription with `all_jobs` reaches every client's jobs only while
-its creator holds the view-all permission, on both paths of the fan-out (the ORM's, for
-transitions and batches, and the creation statement's), as Django's own `has_perm` reads it."""
+"""Who receives an event, on both paths of the fan-out (the ORM's, for transitions and
+batches, and the creation statement's): a subscription with `all_jobs` reaches every client's
+jobs only while its creator holds the view-all permission, as Django's own `has_perm` reads it;
+a type added later reaches only the subscriptions that chose every type."""
 
 import pytest
 from django.contrib.auth.models import Group, Permission
+from django.db import connection
+from django.utils import timezone
 
-from jobtracking.models import WebhookDelivery
+from jobtracking.models import ExtractionJob, JobEvent, WebhookDelivery
 from jobtracking.selectors import VIEW_ALL
 from jobtracking.services import Actor, job_cancel
-from tests.factories import UserFactory, WebhookSubscriptionFactory, api_job
+from jobtracking.services.deliveries import (
+    deliveries_fan_out,
+    fan_out_statement,
+    fan_out_values,
+)
+from tests.factories import (
+    ExtractionJobFactory,
+    JobEventFactory,
+    UserFactory,
+    WebhookSubscriptionFactory,
+    api_job,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -82,3 +96,35 @@ def test_without_all_jobs_even_a_superuser_receives_only_their_own():
     job_cancel(job_id=foreign.pk, actor=Actor("api"))
     received = WebhookDelivery.objects.filter(subscription=subscription)
     assert set(received.values_list("event__job", flat=True)) == {own.pk}
+
+
+def orm_fan_out(event: JobEvent) -> set[int]:
+    """The subscriptions `deliveries_fan_out` (transitions, batches) delivers `event` to."""
+    deliveries_fan_out([event])
+    return set(WebhookDelivery.objects.filter(event=event).values_list("subscription", flat=True))
+
+
+def statement_fan_out(event: JobEvent) -> set[int]:
+    """The subscriptions the creation statement's fan-out (`fan_out_statement`) delivers
+    `event` to: the statement fed this stored event, as its CTEs feed it the new ones."""
+    statement = (
+        f"WITH e AS (SELECT id, type, job_id FROM {JobEvent._meta.db_table} WHERE id = %s), "
+        f"j AS (SELECT id, requested_by_id FROM {ExtractionJob._meta.db_table} WHERE id = %s), "
+        f"d AS ({fan_out_statement('e', 'j')}) SELECT id FROM d"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [event.pk, event.job_id, fan_out_values(timezone.now())])
+        made = [row[0] for row in cursor.fetchall()]
+    return set(WebhookDelivery.objects.filter(pk__in=made).values_list("subscription", flat=True))
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the creation statement")
+@pytest.mark.parametrize("fan_out", [orm_fan_out, statement_fan_out])
+def test_a_type_added_later_reaches_only_the_subscriptions_that_chose_every_type(fan_out):
+    # `job.progressed` stands for a type added after the subscriptions were saved: those that
+    # listed their types did not ask for it.
+    every = WebhookSubscriptionFactory(all_event_types=True, all_jobs=True)
+    listed = WebhookSubscriptionFactory(event_types=["job.failed"], all_jobs=True)
+    job = ExtractionJobFactory()
+    assert fan_out(JobEventFactory(job=job, type="job.progressed")) == {every.pk}
+    assert fan_out(JobEventFactory(job=job, type="job.failed")) == {every.pk, listed.pk}

@@ -1,11 +1,14 @@
-"""A client-supplied field of a job lives in five places: the model (and its migration), the
-service's input `NewJob`, the create serializer, and the representation. These tests fail when
-one of them disagrees with the others."""
+"""A client-supplied field of a job lives in six places: the model (and its migration), the
+service's input `NewJob`, the create serializer, the representation and the admin's job page.
+These tests fail when one of them disagrees with the others (what the API accepts and what it
+shows: `tests/jobtracking/api/test_shown_and_accepted_fields.py`)."""
 
 import dataclasses
 
 import pytest
+from django.contrib.admin.utils import flatten_fieldsets
 
+from jobtracking.admin.jobs import ExtractionJobAdmin
 from jobtracking.api.serializers import ExtractionJobCreateSerializer, ExtractionJobSerializer
 from jobtracking.models import ExtractionJob
 from jobtracking.services import NewJob
@@ -58,3 +61,43 @@ def test_every_model_field_is_shown_or_listed_as_internal():
     }
     assert not missing, f"shown nowhere and not listed as internal: {sorted(missing)}"
     assert not INTERNAL.keys() & shown, "listed as internal but shown"
+
+
+# Fields of the representation the job page shows under another name, and those it does not
+# show in its fieldsets, and why.
+ON_THE_PAGE_AS = {"has_upload": "upload_link", "error": "error_code"}
+NOT_ON_THE_PAGE = {
+    "batch": "the page's summary links its batch (`job_page.summary`)",
+    "durations": "computed from the times shown; the summary says the turnaround",
+    "links": "the API's URLs: the page has its own buttons and links",
+}
+
+
+def job_page_fields() -> set[str]:
+    return set(flatten_fieldsets(ExtractionJobAdmin.fieldsets))
+
+
+def representation_fields() -> set[str]:
+    return set(ExtractionJobSerializer().fields)
+
+
+def not_on_the_page(shown: set[str], page: set[str]) -> set[str]:
+    """Fields of the representation the job page neither shows nor lists with a reason."""
+    return {
+        name
+        for name in shown - NOT_ON_THE_PAGE.keys()
+        if ON_THE_PAGE_AS.get(name, name) not in page
+    }
+
+
+def test_every_field_a_client_reads_is_on_the_admins_job_page_or_listed():
+    assert not_on_the_page(representation_fields(), job_page_fields()) == set()
+    assert NOT_ON_THE_PAGE.keys() <= representation_fields(), "listed but no longer shown"
+    assert set(ON_THE_PAGE_AS.values()) <= job_page_fields()
+
+
+def test_a_field_missing_from_the_job_page_is_reported():
+    shown, page = representation_fields(), job_page_fields()
+    assert not_on_the_page(shown | {"grant_id"}, page) == {"grant_id"}
+    assert not_on_the_page(shown, page - {"file_sha256"}) == {"file_sha256"}
+    assert not_on_the_page(shown | {"grant_id"}, page | {"grant_id"}) == set()

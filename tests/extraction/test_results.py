@@ -1,24 +1,20 @@
-"""The full result shaped for people, without a browser or a database: both extractors' real
-shapes, tables with spans, and payloads of every wrong shape."""
+"""Each protocol's result read into the one shape (`extraction.results`), without a browser or
+a database: both extractors' real results, tables with spans, and payloads of every wrong shape."""
 
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extraction.documents import azure_di, job_protocol
+from extraction.models import Adapter
+from extraction.registry import ADAPTERS, result_document
+from extraction.results import MAX_COLUMNS, MAX_ROWS, Cell, Document, KeyValue, Page
 from extraction.sandbox.extract import extract
-from jobtracking.admin.result_view import (
-    MAX_COLUMNS,
-    MAX_ROWS,
-    Cell,
-    KeyValue,
-    page_texts,
-    shape_result,
-    table_view,
-)
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "extraction" / "sandbox" / "samples"
 AZURE = ROOT / "tests" / "extraction" / "fixtures" / "azure_di" / "result_succeeded.json"
 
@@ -31,34 +27,34 @@ def texts(rows: list[list[Cell]]) -> list[list[str]]:
     return [[cell.text for cell in row] for row in rows]
 
 
-def test_shape_result_reads_the_sandbox_pairs_and_pages():
+def test_reader_reads_the_sandbox_pairs_and_pages():
     content = (SAMPLES / "grant-report.txt").read_bytes()
-    view = shape_result(extract(content, "grant-report.txt", "text/plain"))
+    view = job_protocol.read(extract(content, "grant-report.txt", "text/plain"))
     assert KeyValue("Grant number", "FX-2025-0147", 1, None) in view.key_values
     assert not view.has_confidence
     assert view.tables == []
-    assert "Reporting period: Q2 2025" in view.pages[0][1]
+    assert "Reporting period: Q2 2025" in view.pages[0].text
 
 
-def test_shape_result_reads_the_sandbox_csv_table():
+def test_reader_reads_the_sandbox_csv_table():
     content = (SAMPLES / "budget.csv").read_bytes()
-    (table,) = shape_result(extract(content, "budget.csv", "text/csv")).tables
+    (table,) = job_protocol.read(extract(content, "budget.csv", "text/csv")).tables
     assert table.page == 1 and not table.truncated
     assert texts(table.rows)[:2] == [["Line item", "Amount"], ["Personnel", "412000"]]
 
 
-def test_shape_result_reads_the_azure_pairs_with_page_and_confidence():
-    view = shape_result(azure_result())
+def test_reader_reads_the_azure_pairs_with_page_and_confidence():
+    view = azure_di.read(azure_result())
     assert view.key_values == [
         KeyValue("Total revenue:", "1,234,500", 1, 0.93),
         KeyValue("Total assets:", "2,104,300", 2, 0.88),
     ]
     assert view.has_confidence and view.key_values[1].confidence_shown == "88%"
-    assert [number for number, _ in view.pages] == [1, 2]
+    assert [page.number for page in view.pages] == [1, 2]
 
 
-def test_shape_result_reads_the_azure_table_with_its_spans():
-    (table,) = shape_result(azure_result()).tables
+def test_reader_reads_the_azure_table_with_its_spans():
+    (table,) = azure_di.read(azure_result()).tables
     assert (table.page, table.caption, table.truncated) == (2, "Balance Sheet", False)
     assert table.rows == [
         [Cell("Category", header=True), Cell("Amount", header=True, column_span=2)],
@@ -68,7 +64,7 @@ def test_shape_result_reads_the_azure_table_with_its_spans():
 
 
 def test_table_view_gives_uncovered_positions_an_empty_cell():
-    table = table_view(
+    table = azure_di.table(
         {
             "rowCount": 2,
             "columnCount": 2,
@@ -84,14 +80,14 @@ def test_table_view_cuts_an_overlapping_span_back():
         {"rowIndex": 0, "columnIndex": 0, "columnSpan": 3, "content": "wide"},
         {"rowIndex": 0, "columnIndex": 1, "content": "repeated"},
     ]
-    table = table_view({"rowCount": 2, "columnCount": 3, "cells": cells})
+    table = azure_di.table({"rowCount": 2, "columnCount": 3, "cells": cells})
     assert table.rows[0] == [Cell("wide"), Cell("tall", row_span=2), Cell("")]
     assert texts(table.rows) == [["wide", "tall", ""], ["", ""]]
 
 
 def test_table_view_bounds_a_huge_table():
     cells = [{"rowIndex": 10**9, "columnIndex": 10**9, "rowSpan": 10**9, "content": "far"}]
-    table = table_view({"rowCount": 10**12, "columnCount": 10**12, "cells": cells})
+    table = azure_di.table({"rowCount": 10**12, "columnCount": 10**12, "cells": cells})
     assert table.truncated
     assert len(table.rows) == MAX_ROWS and all(len(row) == MAX_COLUMNS for row in table.rows)
 
@@ -104,8 +100,8 @@ def test_page_texts_read_the_azure_shape():
             {"pageNumber": 2, "spans": [{"offset": 12, "length": 11}]},
         ],
     }
-    assert page_texts(azure) == [(1, "Hello\nworld"), (2, "Second page")]
-    assert page_texts({"status": "no pages"}) == []
+    assert azure_di.pages(azure) == [Page(1, "Hello\nworld"), Page(2, "Second page")]
+    assert azure_di.pages({"status": "no pages"}) == []
 
 
 def assert_grid_lines_up(rows: list[list[Cell]]) -> None:
@@ -166,8 +162,9 @@ PAYLOAD = JSON | st.fixed_dictionaries(
 
 @settings(max_examples=300, deadline=None)
 @given(PAYLOAD)
-def test_shape_result_shows_what_it_can_of_any_payload(payload):
-    view = shape_result(payload)
+@pytest.mark.parametrize("read", [job_protocol.read, azure_di.read])
+def test_each_reader_reads_what_it_can_of_any_payload(read, payload):
+    view = read(payload)
     for table in view.tables:
         assert_grid_lines_up(table.rows)
     for pair in view.key_values:
@@ -194,4 +191,38 @@ SPANNING_TABLE = st.fixed_dictionaries(
 @settings(max_examples=300, deadline=None)
 @given(SPANNING_TABLE)
 def test_table_view_lines_up_cells_whose_spans_overlap(table):
-    assert_grid_lines_up(table_view(table).rows)
+    assert_grid_lines_up(azure_di.table(table).rows)
+
+
+def test_each_adapter_reads_its_own_protocol_s_result():
+    sandbox = extract((SAMPLES / "budget.csv").read_bytes(), "budget.csv", "text/csv")
+    for adapter in (Adapter.SANDBOX, Adapter.HTTP_ASYNC):
+        assert result_document(adapter, sandbox) == job_protocol.read(sandbox)
+    assert result_document(Adapter.AZURE_DI, azure_result()) == azure_di.read(azure_result())
+    # Each reads its own format only: Azure's pairs are not the job protocol's.
+    assert result_document(Adapter.HTTP_ASYNC, azure_result()).key_values == []
+    assert all(isinstance(client.document(None), Document) for client in ADAPTERS.values())
+
+
+def test_the_one_shape_is_plain_json():
+    shaped = azure_di.read(azure_result()).as_dict()
+    assert json.loads(json.dumps(shaped)) == shaped
+    assert set(shaped) == {"pages", "key_values", "tables", "more_pairs", "more_tables"}
+    assert shaped["tables"][0]["rows"][0][1] == {
+        "text": "Amount",
+        "header": True,
+        "row_span": 1,
+        "column_span": 2,
+    }
+
+
+# Words of Azure's result format: none belongs in the job domain, which reads the one shape.
+AZURE_WORDS = ("analyzeResult", "keyValuePairs", "boundingRegions", "columnSpan", "pageNumber")
+
+
+def test_the_job_domain_reads_no_extractor_format():
+    found = {
+        str(path.relative_to(ROOT)): [word for word in AZURE_WORDS if word in path.read_text()]
+        for path in sorted((ROOT / "jobtracking").rglob("*.py"))
+    }
+    assert {path: words for path, words in found.items() if words} == {}

@@ -1,0 +1,1 @@
+"""Each protocol's result read into the one shape (`extraction.results.Document`)."""

@@ -1,0 +1,69 @@
+"""The job protocol's result (DESIGN §6; the sandbox's): `key_values[]` of `{key, value, page,
+confidence?}`, `tables[]` of `{page, caption?, rows}` (rows of cell texts) and `pages[]` of
+`{number?, text}`."""
+
+from typing import Any
+
+from extraction.results import (
+    MAX_COLUMNS,
+    MAX_ROWS,
+    Cell,
+    Document,
+    KeyValue,
+    Page,
+    Table,
+    confidence,
+    document,
+    listed,
+    text,
+    whole,
+)
+
+
+def read(payload: Any) -> Document:
+    result = payload if isinstance(payload, dict) else {}
+    return document(
+        pages(result),
+        listed(result.get("key_values")),
+        listed(result.get("tables")),
+        key_value,
+        table,
+    )
+
+
+def key_value(pair: Any) -> KeyValue | None:
+    if not isinstance(pair, dict) or not (key := text(pair.get("key"))):
+        return None
+    return KeyValue(
+        key=key,
+        value=text(pair.get("value")),
+        page=whole(pair.get("page"), 1),
+        confidence=confidence(pair.get("confidence")),
+    )
+
+
+def table(found: Any) -> Table | None:
+    if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
+        return None
+    lists = [row for row in found["rows"] if isinstance(row, list)]
+    width = max((len(row) for row in lists), default=0)
+    truncated = len(lists) > MAX_ROWS or width > MAX_COLUMNS
+    width = min(width, MAX_COLUMNS)
+    rows = []
+    for row in lists[:MAX_ROWS]:
+        texts = [text(value) for value in row[:width]]
+        rows.append([Cell(value) for value in texts + [""] * (width - len(texts))])
+    return Table(
+        page=whole(found.get("page"), 1),
+        caption=text(found.get("caption")),
+        rows=rows,
+        truncated=truncated,
+    )
+
+
+def pages(result: dict) -> list[Page]:
+    return [
+        Page(page.get("number", number), page["text"])
+        for number, page in enumerate(listed(result.get("pages")), start=1)
+        if isinstance(page, dict) and isinstance(page.get("text"), str)
+    ]
