@@ -58,7 +58,7 @@ def drain(limit: int) -> tuple[int, float, float, float]:
     from django.utils import timezone
 
     from jobtracking.services.deliveries import deliveries_claim_due, deliveries_record
-    from jobtracking.webhooks import Outcome
+    from jobtracking.webhooks.sending import Outcome
 
     lease = timedelta(seconds=settings.JOBS_DISPATCH_LEASE_SECONDS)
     lane, backend = [os.getpid()], [backend_pid()]

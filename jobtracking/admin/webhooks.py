@@ -30,7 +30,7 @@ from jobtracking.models import (
 from jobtracking.selectors import VIEW_ALL, visible
 from jobtracking.services.deliveries import delivery_retry
 from jobtracking.services.subscriptions import subscription_rotate_secret
-from jobtracking.webhooks import (
+from jobtracking.webhooks.sending import (
     SubscriptionTestRunningError,
     delivery_body,
     delivery_headers,

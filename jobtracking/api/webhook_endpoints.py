@@ -34,7 +34,7 @@ from jobtracking.services.subscriptions import (
     subscription_rotate_secret,
     subscription_update,
 )
-from jobtracking.webhooks import (
+from jobtracking.webhooks.sending import (
     SubscriptionTestRunningError,
     send_test_event,
     subscription_secret,

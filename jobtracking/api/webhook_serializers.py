@@ -7,7 +7,7 @@ from jobtracking import states
 from jobtracking.api.serializers import StrictSerializer, UtcModelSerializer
 from jobtracking.models import DeliveryAttempt, WebhookDelivery, WebhookSubscription
 from jobtracking.selectors import VIEW_ALL
-from jobtracking.webhooks import Outcome, is_delivered
+from jobtracking.webhooks.sending import Outcome, is_delivered
 
 EVENT_TYPES_HELP = (
     "The event types to receive; empty only with `all_event_types` (an empty list alone is "

@@ -41,7 +41,6 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
-from extraction import pinned_post
 from jobtracking.infra.metrics import DELIVERY_ERRORS, LOOP_ERRORS
 from jobtracking.models import ReceiverHealth, WebhookDelivery, WebhookSubscription
 from jobtracking.services.circuits import Tally, circuits_report
@@ -50,7 +49,8 @@ from jobtracking.services.deliveries import (
     deliveries_record,
     deliveries_release,
 )
-from jobtracking.webhooks import (
+from jobtracking.webhooks import transport
+from jobtracking.webhooks.sending import (
     Outcome,
     Receiver,
     is_delivered,
@@ -215,7 +215,7 @@ class DeliveryLane:
             try:
                 sent = deliveries_send_due(limit=settings.WEBHOOK_LANE_BATCH_SIZE, lease=lease)
                 failures = 0
-                pinned_post.close_expired()
+                transport.close_expired()
                 if sent < settings.WEBHOOK_LANE_BATCH_SIZE:
                     # Caught up: the next round takes what comes meanwhile, so that a steady
                     # flow goes in few full rounds rather than many of a delivery or two.

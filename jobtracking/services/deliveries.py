@@ -1,5 +1,5 @@
 """Webhook deliveries' rows: one per (event, matching subscription), written with the events;
-each attempt's outcome; dead ones given a fresh schedule. `jobtracking.webhooks` signs and
+each attempt's outcome; dead ones given a fresh schedule. `jobtracking.webhooks.sending` signs and
 sends; the delivery lane (`jobtracking.engine.delivery_lane`) claims and sends due ones."""
 
 import contextlib
@@ -41,7 +41,7 @@ from jobtracking.models import (
 )
 from jobtracking.selectors import VIEW_ALL
 from jobtracking.services.circuits import circuit_gate
-from jobtracking.webhooks import (
+from jobtracking.webhooks.sending import (
     RETRY_SCHEDULE,
     RETRY_WINDOW,
     Outcome,

@@ -18,7 +18,7 @@ from jobtracking.models import (
     WebhookSubscription,
 )
 from jobtracking.services import Actor, NewJob, job_create
-from jobtracking.webhooks import subscription_secret
+from jobtracking.webhooks.sending import subscription_secret
 from tests.factories import (
     ExtractionJobFactory,
     ExtractionResultFactory,

@@ -11,7 +11,7 @@ from standardwebhooks import Webhook
 from werkzeug import Response
 
 from jobtracking.models import AppendOnlyError, DeliveryAttempt, WebhookSubscription
-from jobtracking.webhooks import subscription_secret
+from jobtracking.webhooks.sending import subscription_secret
 from tests.factories import ExtractorFactory, WebhookDeliveryFactory, WebhookSubscriptionFactory
 from tests.jobtracking.admin.conftest import staff
 

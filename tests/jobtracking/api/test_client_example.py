@@ -11,7 +11,7 @@ from docs.examples.client import create_from_file, verify_webhook, wait_for
 from jobtracking.models import JobEvent, WebhookSubscription
 from jobtracking.services import Actor, job_transition
 from jobtracking.services.tokens import token_issue
-from jobtracking.webhooks import delivery_body, post_signed, subscription_secret
+from jobtracking.webhooks.sending import delivery_body, post_signed, subscription_secret
 from tests.factories import ExtractorFactory
 from tests.jobtracking.api.conftest import service_account
 from tests.processes import ROOT

@@ -11,7 +11,7 @@ from werkzeug import Response
 
 from jobtracking.models import DeliveryState, WebhookDelivery, WebhookSubscription
 from jobtracking.services.deliveries import deliver
-from jobtracking.webhooks import subscription_secret
+from jobtracking.webhooks.sending import subscription_secret
 from tests.factories import UserFactory, api_job
 from tests.jobtracking.api.conftest import (
     WEBHOOK_PERMISSIONS,

@@ -52,7 +52,7 @@ from jobtracking.models import (
 )
 from jobtracking.representation import job_representation
 from jobtracking.services import Actor, NewJob, job_create
-from jobtracking.webhooks import RETRY_SCHEDULE
+from jobtracking.webhooks.sending import RETRY_SCHEDULE
 from tests.factories import (
     ExtractorFactory,
     JobEventFactory,

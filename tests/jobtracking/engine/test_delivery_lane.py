@@ -30,9 +30,9 @@ from jobtracking.models import (
 )
 from jobtracking.services import deliveries
 from jobtracking.services.deliveries import deliveries_record, record_attempt
-from jobtracking.webhooks import RETRY_WINDOW, Outcome, subscription_secret
+from jobtracking.webhooks.sending import RETRY_WINDOW, Outcome, subscription_secret
 from tests.factories import WebhookSubscriptionFactory
-from tests.jobtracking.test_webhooks import lane_round, make_job
+from tests.jobtracking.webhooks.test_sending import lane_round, make_job
 from tests.receivers import KeepAliveReceiver
 
 pytestmark = pytest.mark.django_db

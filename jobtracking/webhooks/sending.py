@@ -25,8 +25,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from extraction import pinned_post
-from extraction.pinned_post import BadAnswer, ConnectError, ConnectTimeout, checked_target
 from extraction.urlsafety import UnsafeURLError
 from jobtracking.infra.ids import uuid7
 from jobtracking.infra.storable import safe_json, safe_text
@@ -36,6 +34,8 @@ from jobtracking.models import (
     WebhookSubscription,
 )
 from jobtracking.representation import moment
+from jobtracking.webhooks import transport
+from jobtracking.webhooks.transport import BadAnswer, ConnectError, ConnectTimeout, checked_target
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class Receiver:
         attempted_at, started = timezone.now(), time.monotonic()
         try:
             if self.target is not None:
-                status, answered = pinned_post.post(
+                status, answered = transport.post(
                     self.target,
                     body=body,
                     headers=headers,

@@ -17,12 +17,11 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
 
-from extraction.pinned_post import BadAnswer, ConnectError, ConnectTimeout, Disconnected
 from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import DeliveryAttempt, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.services.deliveries import deliver, deliveries_claim_due, delivery_retry
-from jobtracking.webhooks import (
+from jobtracking.webhooks.sending import (
     RETRY_SCHEDULE,
     TEST_FAILED,
     SubscriptionTestRunningError,
@@ -31,6 +30,7 @@ from jobtracking.webhooks import (
     subscription_secret,
     wants,
 )
+from jobtracking.webhooks.transport import BadAnswer, ConnectError, ConnectTimeout, Disconnected
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
 from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
 from tests.processes import wait_until

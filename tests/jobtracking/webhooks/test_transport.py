@@ -1,5 +1,5 @@
 """POSTs over kept-alive connections to the address the SSRF guard approved
-(`extraction.pinned_post`), against real local servers: plain HTTP, and TLS with a test
+(`jobtracking.webhooks.transport`), against real local servers: plain HTTP, and TLS with a test
 authority's certificates."""
 
 import socket
@@ -9,9 +9,9 @@ import time
 import pytest
 import trustme
 
-from extraction import pinned_post
-from extraction.pinned_post import ANSWER_BYTES, BadAnswer, Disconnected, checked_target
 from extraction.urlsafety import UnsafeURLError
+from jobtracking.webhooks import transport
+from jobtracking.webhooks.transport import ANSWER_BYTES, BadAnswer, Disconnected, checked_target
 from tests.processes import wait_until
 from tests.receivers import KeepAliveReceiver
 
@@ -28,9 +28,9 @@ def post(url: str) -> int:
     return answer(url).status
 
 
-def answer(url: str, headers: dict | None = None) -> pinned_post.Answer:
+def answer(url: str, headers: dict | None = None) -> transport.Answer:
     target = checked_target(url)
-    return pinned_post.post(target, body=b"{}", headers=headers or {}, timeout=TIMEOUT)
+    return transport.post(target, body=b"{}", headers=headers or {}, timeout=TIMEOUT)
 
 
 def test_posts_to_a_receiver_share_a_kept_alive_connection(settings, receiver):
@@ -69,7 +69,7 @@ def _tls_receiver(monkeypatch, name: str) -> KeepAliveReceiver:
     authority.issue_cert(name).configure_cert(serving)
     trusting = ssl.create_default_context()
     authority.configure_trust(trusting)
-    monkeypatch.setattr(pinned_post, "tls_context", lambda: trusting)
+    monkeypatch.setattr(transport, "tls_context", lambda: trusting)
     return KeepAliveReceiver(serving)
 
 
@@ -175,7 +175,7 @@ def test_a_body_that_ends_with_the_connection_is_an_answer(loopback):
             BadAnswer,
         ),
         (
-            (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * pinned_post.HEAD_BYTES + b"\r\n\r\n",),
+            (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * transport.HEAD_BYTES + b"\r\n\r\n",),
             BadAnswer,
         ),
     ],
@@ -203,7 +203,7 @@ def test_an_answer_trickling_past_the_read_timeout_times_out(loopback, monkeypat
     with _Scripted(NO_CONTENT, pause=0.05) as receiver:
         target = checked_target(f"http://127.0.0.1:{receiver.port}/hooks")
         with pytest.raises(TimeoutError):
-            pinned_post.post(target, body=b"{}", headers={}, timeout=(2.0, 0.5))
+            transport.post(target, body=b"{}", headers={}, timeout=(2.0, 0.5))
 
 
 def test_the_path_is_percent_encoded_and_a_header_cannot_break_the_request(loopback):
@@ -260,7 +260,7 @@ def test_a_body_that_stalls_leaves_the_answer_as_it_came(loopback):
     stalled = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial"
     with _Scripted(stalled, NO_CONTENT) as receiver:
         target = checked_target(f"http://127.0.0.1:{receiver.port}/hooks")
-        said = pinned_post.post(target, body=b"{}", headers={}, timeout=(2.0, 0.3))
+        said = transport.post(target, body=b"{}", headers={}, timeout=(2.0, 0.3))
         assert said == (200, b"partial")
         assert post(f"http://127.0.0.1:{receiver.port}/hooks") == 204
     assert len(receiver.connections) == 2
@@ -282,7 +282,7 @@ def test_connections_idle_past_the_timeout_are_closed(loopback, settings):
         url = f"http://127.0.0.1:{receiver.port}/hooks"
         assert [post(url), post(url)] == [204, 204]  # kept while in use
         time.sleep(0.3)
-        pinned_post.close_expired()  # the lane's, after each round
+        transport.close_expired()  # the lane's, after each round
         wait_until(lambda: receiver.connections[0].fileno() == -1, 5, "the receiver's end closed")
         assert post(url) == 204
     assert len(receiver.connections) == 2
