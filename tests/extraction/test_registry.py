@@ -46,6 +46,9 @@ def test_every_adapter_choice_has_a_client_and_every_client_a_choice():
     assert unmatched(Adapter.values, ADAPTERS) == (set(), set())
     assert all(issubclass(client, ExtractorClient) for client in ADAPTERS.values())
     # Not blind either way: a choice added alone, or a client registered alone, is named.
-    assert unmatched([*Adapter.values, "ocr_cloud"], ADAPTERS) == ({"ocr_cloud"}, set())
-    registered = {**ADAPTERS, "ocr_cloud": HttpAsyncClient}
-    assert unmatched(Adapter.values, registered) == (set(), {"ocr_cloud"})
+    assert unmatched([*Adapter.values, "specimen_protocol"], ADAPTERS) == (
+        {"specimen_protocol"},
+        set(),
+    )
+    registered = {**ADAPTERS, "specimen_protocol": HttpAsyncClient}
+    assert unmatched(Adapter.values, registered) == (set(), {"specimen_protocol"})

@@ -49,6 +49,9 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
             "20",
             "--seed",
             "1",
+            # Its requests mostly wait on the live server's answers: several at once.
+            "--workers",
+            "4",
             "--phases",
             "examples,coverage,fuzzing,stateful",
             # /readyz answers 503 on purpose here (no worker heartbeats in this test).

@@ -120,24 +120,28 @@ def test_every_field_shown_is_accepted_and_every_field_accepted_is_shown(inputs,
     assert unexplained(inputs(), outputs(), **listed) == []
 
 
-class JobShowingGrant(ExtractionJobSerializer):
-    grant_id = serializers.CharField(source="file_id")
+class JobShowingSpecimen(ExtractionJobSerializer):
+    specimen_field = serializers.CharField(source="file_id")
 
     class Meta(ExtractionJobSerializer.Meta):
-        fields = [*ExtractionJobSerializer.Meta.fields, "grant_id"]
+        fields = [*ExtractionJobSerializer.Meta.fields, "specimen_field"]
 
 
-class JobTakingGrant(ExtractionJobCreateSerializer):
-    grant_id = serializers.CharField()
+class JobTakingSpecimen(ExtractionJobCreateSerializer):
+    specimen_field = serializers.CharField()
 
 
 def test_a_field_on_one_side_only_is_reported_whichever_side():
     created, read = ExtractionJobCreateSerializer(), ExtractionJobSerializer()
-    assert unexplained(created, JobShowingGrant(), **JOB) == ["grant_id: shown, never accepted"]
-    assert unexplained(JobTakingGrant(), read, **JOB) == ["grant_id: accepted, never shown"]
+    assert unexplained(created, JobShowingSpecimen(), **JOB) == [
+        "specimen_field: shown, never accepted"
+    ]
+    assert unexplained(JobTakingSpecimen(), read, **JOB) == [
+        "specimen_field: accepted, never shown"
+    ]
     # Once on both sides, it needs no reason; listed all the same, the listing is reported.
-    assert unexplained(JobTakingGrant(), JobShowingGrant(), **JOB) == []
-    stale = {**JOB, "output_only": {**JOB["output_only"], "grant_id": "?"}}
-    assert unexplained(JobTakingGrant(), JobShowingGrant(), **stale) == [
-        "grant_id: listed as shown only"
+    assert unexplained(JobTakingSpecimen(), JobShowingSpecimen(), **JOB) == []
+    stale = {**JOB, "output_only": {**JOB["output_only"], "specimen_field": "?"}}
+    assert unexplained(JobTakingSpecimen(), JobShowingSpecimen(), **stale) == [
+        "specimen_field: listed as shown only"
     ]

@@ -54,9 +54,10 @@ def run_rounds(jobs, max_rounds: int = 20) -> dict[str, int]:
         )
         if not live:
             break
-        time.sleep(max(0.0, (live[0].due_at - timezone.now()).total_seconds()))
+        # Every job due within the second, together: a busy machine must not split a batch.
+        time.sleep(max(0.0, (live[-1].due_at - timezone.now()).total_seconds()))
         now = timezone.now()
-        due = [job.pk for job in live if job.due_at <= now]
+        due = [job.pk for job in live]
         jobs_claim(due, now=now, lease=timedelta(seconds=30))
         process_jobs([str(pk) for pk in due])
         for job in ExtractionJob.objects.filter(pk__in=due, status__in=states.TERMINAL):
