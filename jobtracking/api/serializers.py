@@ -14,6 +14,7 @@ from rest_framework.utils import json as strict_json
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from extraction.clients.base import client_text
+from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from extraction.registry import result_document
 from extraction.results import MAX_COLUMNS, MAX_PAIRS, MAX_ROWS, MAX_TABLES
@@ -39,7 +40,9 @@ from jobtracking.services.creation import NewJob
 
 
 class ErrorSerializer(serializers.Serializer):
-    code = serializers.CharField()
+    code = serializers.ChoiceField(
+        choices=ErrorCode.choices, help_text="Why the job ended without its result."
+    )
     message = serializers.CharField()
 
 
