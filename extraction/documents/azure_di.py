@@ -68,47 +68,53 @@ def grid(table: dict) -> tuple[list[list[Cell]], bool]:
     """The cells placed on the table's grid. Each cell takes its span where the span is still
     free (an overlapping or repeated cell is cut back or dropped) and a position no cell covers
     gets an empty cell, so that every row of the HTML table lines up."""
+    cells = _indexed_cells(table)
+    height = max([whole(table.get("rowCount")) or 0] + [row + 1 for row, _, _ in cells])
+    width = max([whole(table.get("columnCount")) or 0] + [column + 1 for _, column, _ in cells])
+    truncated = height > MAX_ROWS or width > MAX_COLUMNS
+    height, width = min(height, MAX_ROWS), min(width, MAX_COLUMNS)
+    covered: set[tuple[int, int]] = set()
+    placed: dict[tuple[int, int], Cell] = {}
+    for row, column, cell in cells:
+        if row < height and column < width and (row, column) not in covered:
+            placed[row, column] = _placed(cell, row, column, height, width, covered)
+    lines = [
+        [
+            placed.get((row, column), Cell(""))
+            for column in range(width)
+            if (row, column) in placed or (row, column) not in covered
+        ]
+        for row in range(height)
+    ]
+    return lines, truncated
+
+
+def _indexed_cells(table: dict) -> list[tuple[int, int, dict]]:
+    """The table's cells that say where they are: (row, column, cell)."""
     cells = []
     for cell in listed(table.get("cells")):
         if isinstance(cell, dict):
             row, column = whole(cell.get("rowIndex")), whole(cell.get("columnIndex"))
             if row is not None and column is not None:
                 cells.append((row, column, cell))
-    height = max([whole(table.get("rowCount")) or 0] + [row + 1 for row, _, _ in cells])
-    width = max([whole(table.get("columnCount")) or 0] + [column + 1 for _, column, _ in cells])
-    truncated = height > MAX_ROWS or width > MAX_COLUMNS
-    height, width = min(height, MAX_ROWS), min(width, MAX_COLUMNS)
+    return cells
 
-    covered: set[tuple[int, int]] = set()
-    placed: dict[tuple[int, int], Cell] = {}
-    for row, column, cell in cells:
-        if row >= height or column >= width or (row, column) in covered:
-            continue
-        wanted_columns = min(whole(cell.get("columnSpan"), 1) or 1, width - column)
-        columns = 1
-        while columns < wanted_columns and (row, column + columns) not in covered:
-            columns += 1
-        wanted_rows = min(whole(cell.get("rowSpan"), 1) or 1, height - row)
-        rows = 1
-        while rows < wanted_rows and not any(
-            (row + rows, c) in covered for c in range(column, column + columns)
-        ):
-            rows += 1
-        covered.update(
-            (r, c) for r in range(row, row + rows) for c in range(column, column + columns)
-        )
-        placed[row, column] = Cell(text(cell), cell.get("kind") in HEADER_KINDS, rows, columns)
 
-    lines = []
-    for row in range(height):
-        line = []
-        for column in range(width):
-            if (row, column) in placed:
-                line.append(placed[row, column])
-            elif (row, column) not in covered:
-                line.append(Cell(""))
-        lines.append(line)
-    return lines, truncated
+def _placed(cell: dict, row: int, column: int, height: int, width: int, covered: set) -> Cell:
+    """The cell at (row, column), its spans cut back to the positions still free (and within
+    the grid), which it then covers."""
+    wanted_columns = min(whole(cell.get("columnSpan"), 1) or 1, width - column)
+    columns = 1
+    while columns < wanted_columns and (row, column + columns) not in covered:
+        columns += 1
+    wanted_rows = min(whole(cell.get("rowSpan"), 1) or 1, height - row)
+    rows = 1
+    while rows < wanted_rows and not any(
+        (row + rows, c) in covered for c in range(column, column + columns)
+    ):
+        rows += 1
+    covered.update((r, c) for r in range(row, row + rows) for c in range(column, column + columns))
+    return Cell(text(cell), cell.get("kind") in HEADER_KINDS, rows, columns)
 
 
 def pages(result: dict) -> list[Page]:

@@ -100,35 +100,46 @@ def safe_json(value: Any) -> tuple[Any, list[str]]:
 
 def _safe(item: Any, path: str, depth: int, changes: list[str]) -> Any:
     if isinstance(item, str):
-        safe = safe_text(item)
-        if safe is not item and safe != item:
-            changes.append(f"{path or '$'}: unstorable characters replaced by U+FFFD")
-        return safe
+        return _safe_string(item, path, changes)
     if isinstance(item, bool) or item is None:
         return item
     if isinstance(item, int | float):
-        if _number_problem(item) is None:
-            return item
-        if isinstance(item, float) and not math.isfinite(item):
-            changes.append(f"{path or '$'}: {item} replaced by null")
-            return None
-        text = str(item) if isinstance(item, int) else repr(item)
-        changes.append(f"{path or '$'}: number beyond 64 bits kept as text")
-        return text
+        return _safe_number(item, path, changes)
     if depth > MAX_DEPTH:
         raise TooDeepError(f"nested deeper than {MAX_DEPTH} levels at {path or '$'}")
     if isinstance(item, list):
         return [_safe(child, f"{path}[{i}]", depth + 1, changes) for i, child in enumerate(item)]
     if isinstance(item, dict):
-        copy = {}
-        for key, child in item.items():
-            safe_key = safe_text(str(key))
-            if safe_key != key:
-                changes.append(f"{_join(path, safe_key)}: key's unstorable characters replaced")
-            copy[safe_key] = _safe(child, _join(path, safe_key), depth + 1, changes)
-        return copy
+        return _safe_object(item, path, depth, changes)
     changes.append(f"{path or '$'}: {type(item).__name__} replaced by null")
     return None
+
+
+def _safe_string(item: str, path: str, changes: list[str]) -> str:
+    safe = safe_text(item)
+    if safe is not item and safe != item:
+        changes.append(f"{path or '$'}: unstorable characters replaced by U+FFFD")
+    return safe
+
+
+def _safe_number(item: int | float, path: str, changes: list[str]) -> int | float | str | None:
+    if _number_problem(item) is None:
+        return item
+    if isinstance(item, float) and not math.isfinite(item):
+        changes.append(f"{path or '$'}: {item} replaced by null")
+        return None
+    changes.append(f"{path or '$'}: number beyond 64 bits kept as text")
+    return str(item) if isinstance(item, int) else repr(item)
+
+
+def _safe_object(item: dict, path: str, depth: int, changes: list[str]) -> dict:
+    copy = {}
+    for key, child in item.items():
+        safe_key = safe_text(str(key))
+        if safe_key != key:
+            changes.append(f"{_join(path, safe_key)}: key's unstorable characters replaced")
+        copy[safe_key] = _safe(child, _join(path, safe_key), depth + 1, changes)
+    return copy
 
 
 def _join(path: str, key: str) -> str:

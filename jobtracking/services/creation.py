@@ -220,22 +220,15 @@ def job_create_many(
     (the caller checked that it is open: `services.batches`)."""
     now = timezone.now()
     keys = [(new.extractor.pk, new.file_id) for new in items]
-    refused: dict[int, ApplicationError] = {}
     # On PostgreSQL the insert itself leaves out a job whose file an active job holds (its
     # ON CONFLICT, on the unique index it updates anyway); elsewhere they are looked for first.
     holders = {} if connection.vendor == "postgresql" else _active_holders(set(keys))
-    first: dict[tuple, tuple[int, ExtractionJob]] = {}  # each file's first item and its job
-    for index, (new, key) in enumerate(zip(items, keys, strict=True)):
-        try:
-            _checked(new)
-        except ApplicationError as error:
-            refused[index] = error
-            continue
-        if key not in holders and key not in first:
-            first[key] = (
-                index,
-                _new_job(new, actor=actor, now=now, priority=default_priority, batch=batch),
-            )
+    refused, first = _planned(
+        items,
+        keys,
+        holders,
+        lambda new: _new_job(new, actor=actor, now=now, priority=default_priority, batch=batch),
+    )
     uploads = [
         (index, job, items[index].upload) for index, job in first.values() if items[index].upload
     ]
@@ -260,6 +253,28 @@ def job_create_many(
     holders |= {key: job for key, (_index, job) in first.items() if job.pk in inserted}
     if missing := {key for index, key in enumerate(keys) if index not in refused} - holders.keys():
         holders |= _active_holders(missing)
+    return _outcomes(items, keys, refused, first, inserted, holders, actor)
+
+
+def _planned(items, keys, holders, new_job) -> tuple[dict[int, ApplicationError], dict]:
+    """The items refused for their shape, by index; and each file's first item with its new
+    job, by file key, unless a stored active job (`holders`) holds the file."""
+    refused: dict[int, ApplicationError] = {}
+    first: dict[tuple, tuple[int, ExtractionJob]] = {}
+    for index, (new, key) in enumerate(zip(items, keys, strict=True)):
+        try:
+            _checked(new)
+        except ApplicationError as error:
+            refused[index] = error
+            continue
+        if key not in holders and key not in first:
+            first[key] = (index, new_job(new))
+    return refused, first
+
+
+def _outcomes(items, keys, refused, first, inserted, holders, actor) -> list[BulkOutcome]:
+    """Each item's outcome: refused, created (its file's first item, inserted), or held by
+    the file's active job."""
     outcomes = []
     for index, (new, key) in enumerate(zip(items, keys, strict=True)):
         first_index, job = first.get(key, (None, None))
