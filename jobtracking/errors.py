@@ -38,6 +38,14 @@ class ResultNotReadyError(ApplicationError):
     http_status = 409
 
 
+class JobEndedWithoutResultError(ApplicationError):
+    """The job ended without a result (failed, timed out or cancelled): none will come unless it
+    is requeued. `job_status` says how it ended; its `error` says why."""
+
+    code = "job_ended_without_result"
+    http_status = 409
+
+
 class InvalidTransitionError(ApplicationError):
     """The transition table does not allow this move from the job's current status."""
 

@@ -53,8 +53,15 @@ PROBLEMS = {
     "not_acceptable": (406, "No representation matches the Accept header; ask for JSON."),
     "result_not_ready": (
         409,
-        "The job has no result: it has not succeeded (yet). `job_status` says where it is; "
-        "wait for `job.succeeded` or poll the job.",
+        "The job has no result yet: it is still on its way (`job_status`: pending, submitting, "
+        "submitted or processing). Wait for `job.succeeded` or poll the job. A job that ended "
+        "without one answers `job_ended_without_result` instead.",
+    ),
+    "job_ended_without_result": (
+        409,
+        "The job ended without a result (`job_status`: failed, timed out or cancelled), so none "
+        "will come: stop waiting for it. The job's `error` says why; requeue it "
+        "(`POST /api/v1/jobs/{id}/requeue/`) if another attempt may succeed.",
     ),
     "invalid_transition": (
         409,

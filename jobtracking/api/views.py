@@ -20,6 +20,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from extraction.models import Extractor
+from jobtracking import states
 from jobtracking.api.batch_views import batch_body, new_batch
 from jobtracking.api.bulk import (
     REPLAYED_HEADER,
@@ -64,7 +65,12 @@ from jobtracking.api.serializers import (
     request_fingerprint,
 )
 from jobtracking.api.viewsets import ClientRowsViewSet
-from jobtracking.errors import JobNotFoundError, JobValidationError, ResultNotReadyError
+from jobtracking.errors import (
+    JobEndedWithoutResultError,
+    JobNotFoundError,
+    JobValidationError,
+    ResultNotReadyError,
+)
 from jobtracking.infra.filetypes import HEAD_BYTES, content_matches
 from jobtracking.infra.metrics import render as render_metrics
 from jobtracking.models import (
@@ -254,9 +260,15 @@ class ExtractionJobViewSet(ClientRowsViewSet):
         found = results.first()
         if found is None and attempt:
             raise NotFound(f"This job has no result for attempt {attempt}.")
+        if found is None and job.status_id in states.TERMINAL:
+            raise JobEndedWithoutResultError(
+                f"The job ended without a result: it is {job.status_id}. Its error says why; "
+                "requeue it to try again.",
+                job_status=job.status_id,
+            )
         if found is None:
             raise ResultNotReadyError(
-                f"The job has no result: it is {job.status_id}.", job_status=job.status_id
+                f"The job has no result yet: it is {job.status_id}.", job_status=job.status_id
             )
         return Response(ExtractionResultSerializer(found).data)
 

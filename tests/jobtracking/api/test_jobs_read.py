@@ -308,6 +308,15 @@ def test_result_of_a_job_without_one_yet_is_409_with_its_status(api, jobs):
     assert problem["type"] == "/api/problems/result_not_ready"
 
 
+@pytest.mark.parametrize("status", ["failed", "timed_out", "cancelled"])
+def test_result_of_a_job_that_ended_without_one_says_none_will_come(api, owner, status):
+    job = ExtractionJobFactory(requested_by=owner, **{status: True})
+    problem = assert_problem(api.get(f"{URL}{job.pk}/result/"), 409, "job_ended_without_result")
+    assert problem["job_status"] == status
+    assert problem["detail"].startswith(f"The job ended without a result: it is {status}.")
+    assert problem["type"] == "/api/problems/job_ended_without_result"
+
+
 def test_cancel_records_the_client_and_reason(api, owner, jobs):
     response = api.post(f"{URL}{jobs['pending'].pk}/cancel/", {"reason": "dup"}, format="json")
     assert response.json()["status"] == "cancelled"
