@@ -97,6 +97,13 @@ class BatchNotFoundError(ApplicationError):
     http_status = 404
 
 
+class BatchFinishedError(ApplicationError):
+    """The batch has completed: nothing is left to cancel (`batch_states.ALLOWED`)."""
+
+    code = "batch_finished"
+    http_status = 409
+
+
 class BatchClosedError(ApplicationError):
     """The batch was closed (or cancelled): it takes no more jobs."""
 

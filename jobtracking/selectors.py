@@ -19,7 +19,7 @@ from django_q.conf import Conf
 from django_q.models import OrmQ, Schedule
 from django_q.utils import get_func_repr
 
-from jobtracking import states
+from jobtracking import batch_states, states
 from jobtracking.infra.queue import KIND_ORDER, task_kind
 from jobtracking.models import (
     SHORT_ID,
@@ -229,33 +229,8 @@ def heartbeats(*, kind: str, within: timedelta) -> list[ServiceHeartbeat]:
 # Batches
 
 
-BATCH_OPEN = "open"
-BATCH_RUNNING = "running"
-BATCH_COMPLETED = "completed"
-BATCH_COMPLETED_WITH_FAILURES = "completed_with_failures"
-BATCH_CANCELLED = "cancelled"
-BATCH_STATUSES = (
-    BATCH_OPEN,
-    BATCH_RUNNING,
-    BATCH_COMPLETED,
-    BATCH_COMPLETED_WITH_FAILURES,
-    BATCH_CANCELLED,
-)
 # How many of a batch's failed jobs its page lists (their counts by error code are whole).
 BATCH_FAILURES_SHOWN = 100
-
-
-def batch_status(*, closed: bool, cancelled: bool, active: bool, failures: bool) -> str:
-    """A batch's status, from its row and its jobs: cancelled; open while it takes jobs; then
-    running while any job is active; then completed, with failures if any job ended without
-    its result. `batch_status_filter` is the same rule as a query."""
-    if cancelled:
-        return BATCH_CANCELLED
-    if not closed:
-        return BATCH_OPEN
-    if active:
-        return BATCH_RUNNING
-    return BATCH_COMPLETED_WITH_FAILURES if failures else BATCH_COMPLETED
 
 
 def batch_has_jobs(statuses: Collection[str]) -> Exists:
@@ -270,11 +245,11 @@ def batch_status_filter(status: str) -> Q:
     live = Q(cancelled_at__isnull=True)
     done = live & Q(closed_at__isnull=False) & ~batch_has_jobs(states.ACTIVE)
     return {
-        BATCH_CANCELLED: Q(cancelled_at__isnull=False),
-        BATCH_OPEN: live & Q(closed_at__isnull=True),
-        BATCH_RUNNING: live & Q(closed_at__isnull=False) & batch_has_jobs(states.ACTIVE),
-        BATCH_COMPLETED: done & ~batch_has_jobs(states.FAILURES),
-        BATCH_COMPLETED_WITH_FAILURES: done & batch_has_jobs(states.FAILURES),
+        batch_states.CANCELLED: Q(cancelled_at__isnull=False),
+        batch_states.OPEN: live & Q(closed_at__isnull=True),
+        batch_states.RUNNING: live & Q(closed_at__isnull=False) & batch_has_jobs(states.ACTIVE),
+        batch_states.COMPLETED: done & ~batch_has_jobs(states.FAILURES),
+        batch_states.COMPLETED_WITH_FAILURES: done & batch_has_jobs(states.FAILURES),
     }[status]
 
 
@@ -312,7 +287,7 @@ class BatchSummary:
         return round(100 * (total - self.active) / total, 1) if total else 0.0
 
     def status(self, batch: Batch) -> str:
-        return batch_status(
+        return batch_states.batch_status(
             closed=batch.closed_at is not None,
             cancelled=batch.cancelled_at is not None,
             active=self.active > 0,

@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from jobtracking import states
+from jobtracking import batch_states, states
 from jobtracking.admin.common import (
     STATUS_LABELS,
     DateRangeFilter,
@@ -30,7 +30,6 @@ from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.errors import ApplicationError
 from jobtracking.models import Batch, Priority
 from jobtracking.selectors import (
-    BATCH_STATUSES,
     BatchSummary,
     batch_list,
     batch_status_filter,
@@ -41,7 +40,9 @@ from jobtracking.selectors import (
 from jobtracking.services.batches import batch_cancel, batch_requeue
 from jobtracking.services.transitions import BatchOutcome
 
-BATCH_STATUS_LABELS = {status: status.replace("_", " ").capitalize() for status in BATCH_STATUSES}
+BATCH_STATUS_LABELS = {
+    status: status.replace("_", " ").capitalize() for status in batch_states.STATUSES
+}
 
 
 def batch_status_badge(status: str):
@@ -72,7 +73,7 @@ class BatchStatusFilter(admin.SimpleListFilter):
         return list(BATCH_STATUS_LABELS.items())
 
     def queryset(self, request, queryset):
-        if self.value() in BATCH_STATUSES:
+        if self.value() in batch_states.STATUSES:
             return queryset.filter(batch_status_filter(self.value()))
         return queryset
 
@@ -146,7 +147,7 @@ def batch_timeline(batch: Batch) -> list[dict[str, Any]]:
             {
                 "event": event,
                 "at": moment(event.created_at),
-                "status": batch_status_badge(status) if status in BATCH_STATUSES else "—",
+                "status": batch_status_badge(status) if status in batch_states.STATUSES else "—",
                 "counts": ", ".join(
                     f"{STATUS_LABELS.get(code, code)}: {n}" for code, n in by_status.items() if n
                 ),
@@ -322,7 +323,11 @@ class BatchAdmin(ReadOnlyAdmin):
                 failed_total=summary.failed,
                 timeline=batch_timeline(obj),
                 may_see_events=request.user.has_perm("jobtracking.view_jobevent"),
-                may_cancel=obj.cancelled_at is None and self._may_act(request, obj, "cancel"),
+                # As the table allows, but not again once cancelled (that would cancel only
+                # what a requeue made active since: its jobs' own buttons do).
+                may_cancel=batch_states.may(batch_states.CANCEL, status := summary.status(obj))
+                and status != batch_states.CANCELLED
+                and self._may_act(request, obj, "cancel"),
                 may_requeue=summary.total > summary.active
                 and self._may_act(request, obj, "requeue"),
             )

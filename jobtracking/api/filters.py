@@ -5,10 +5,10 @@ from django import forms
 from django_filters.fields import IsoDateTimeField
 
 from extraction.errors import ErrorCode
-from jobtracking import states
+from jobtracking import batch_states, states
 from jobtracking.api.messages import plain_choices
 from jobtracking.models import Batch, ExtractionJob, JobEvent, Priority
-from jobtracking.selectors import BATCH_STATUSES, batch_status_filter, job_search
+from jobtracking.selectors import batch_status_filter, job_search
 
 
 class UtcIsoDateTimeField(IsoDateTimeField):
@@ -95,7 +95,7 @@ class EventFilterSet(django_filters.FilterSet):
 
 class BatchFilterSet(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(
-        choices=[(status, status) for status in BATCH_STATUSES], method="filter_status"
+        choices=[(status, status) for status in batch_states.STATUSES], method="filter_status"
     )
     client_reference = django_filters.CharFilter()
 

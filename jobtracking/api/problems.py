@@ -83,6 +83,12 @@ PROBLEMS = {
         409,
         "The batch is closed (or cancelled): it takes no more jobs. Create a new batch for them.",
     ),
+    "batch_finished": (
+        409,
+        "The batch has completed (`batch_status`: completed or completed with failures): every "
+        "job in it has ended, so there is nothing to cancel. Requeue its failed jobs instead "
+        "(`POST /api/v1/batches/{id}/requeue/`).",
+    ),
     "batch_reference_exists": (
         409,
         "This client already has a batch with this `client_reference`; `batch_id` names it. "

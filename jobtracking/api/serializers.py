@@ -19,6 +19,7 @@ from extraction.models import Extractor
 from extraction.registry import result_document
 from extraction.results import MAX_COLUMNS, MAX_PAIRS, MAX_ROWS, MAX_TABLES
 from extraction.urlsafety import UnsafeURLError, check_public_url
+from jobtracking import batch_states
 from jobtracking.api.messages import BODY_NOT_AN_OBJECT, plain_field
 from jobtracking.infra.recent import Recent
 from jobtracking.infra.storable import json_problem, text_problem
@@ -33,7 +34,6 @@ from jobtracking.models import (
     Priority,
 )
 from jobtracking.representation import DATETIME_FIELDS, JobRepresentation, jobs_path
-from jobtracking.selectors import BATCH_STATUSES
 from jobtracking.services.creation import NewJob
 
 # Output
@@ -233,7 +233,7 @@ class BatchSerializer(serializers.Serializer):
     metadata = serializers.DictField()
     requested_by = serializers.CharField(allow_null=True)
     status = serializers.ChoiceField(
-        choices=BATCH_STATUSES,
+        choices=batch_states.STATUSES,
         help_text="open: it takes jobs. running: closed, jobs still active. completed: closed, "
         "every job succeeded. completed_with_failures: closed, every job ended, some without "
         "their result. cancelled.",

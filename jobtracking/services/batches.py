@@ -17,9 +17,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobtracking import states
+from jobtracking import batch_states, states
 from jobtracking.errors import (
     BatchClosedError,
+    BatchFinishedError,
     BatchNotFoundError,
     BatchReferenceExistsError,
     IdempotencyKeyReusedError,
@@ -125,13 +126,30 @@ def _locked(batch_id: UUID | str) -> Batch:
     return batch
 
 
+def _status(batch: Batch) -> str:
+    """The batch's status now (`batch_states.batch_status`), its jobs looked at only when its
+    row does not say it."""
+    closed, cancelled = batch.closed_at is not None, batch.cancelled_at is not None
+    jobs = ExtractionJob.objects.filter(batch=batch)
+    active = closed and not cancelled and jobs.filter(status__in=sorted(states.ACTIVE)).exists()
+    failures = (
+        closed
+        and not cancelled
+        and not active
+        and jobs.filter(status__in=sorted(states.FAILURES)).exists()
+    )
+    return batch_states.batch_status(
+        closed=closed, cancelled=cancelled, active=active, failures=failures
+    )
+
+
 def batch_add_jobs(*, batch_id: UUID | str, items: list[NewJob], actor: Actor) -> list[BulkOutcome]:
     """Create jobs in an open batch (`job_create_many`'s outcomes); a closed or cancelled batch
     refuses them all (`BatchClosedError`). The batch's row lock makes a concurrent close wait
     for the jobs, or the jobs for the close."""
     with transaction.atomic():
         batch = _locked(batch_id)
-        if batch.closed_at is not None:
+        if not batch_states.may(batch_states.ADD_JOBS, _status(batch)):
             raise BatchClosedError(f"Batch {batch.pk} is closed: it takes no more jobs.")
         return job_create_many(items, actor=actor, batch=batch)
 
@@ -161,6 +179,11 @@ def batch_cancel(*, batch_id: UUID | str, actor: Actor, reason: str = "") -> Bat
     event."""
     with transaction.atomic():
         batch = _locked(batch_id)
+        if not batch_states.may(batch_states.CANCEL, status := _status(batch)):
+            raise BatchFinishedError(
+                f"Batch {batch.pk} is {status.replace('_', ' ')}: every job in it has ended, so "
+                "there is nothing to cancel."
+            )
         first = batch.cancelled_at is None
         now = timezone.now()
         batch.closed_at = batch.closed_at or now

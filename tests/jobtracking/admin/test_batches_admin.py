@@ -184,6 +184,17 @@ def test_cancel_button_cancels_active_jobs_with_audit_rows(operator, client, mix
     assert LogEntry.objects.filter(object_id=str(mixed.pk), user=operator).exists()
 
 
+def test_a_finished_batch_offers_no_cancel(operator, client, client_user):
+    batch = make_batch(client_user, "done", "f-1")
+    finish(jobs_of(batch)[0], "succeeded")
+    html = html_of(client, f"{BATCHES}{batch.pk}/change/")
+    assert "Completed" in html and 'id="cancel-button"' not in html
+    response = client.post(f"{BATCHES}{batch.pk}/cancel/", {"reason": "late"}, follow=True)
+    assert "nothing to cancel" in response.content.decode()
+    batch.refresh_from_db()
+    assert batch.cancelled_at is None
+
+
 def test_requeue_button_requeues_failed_jobs_with_priority(operator, client, mixed):
     response = client.post(
         f"{BATCHES}{mixed.pk}/requeue/",

@@ -171,6 +171,18 @@ def test_cancel_cancels_the_active_jobs_and_reports_the_counts(api, extractor):
     assert JobEvent.objects.filter(batch_id=batch["id"], type="batch.cancelled").count() == 1
 
 
+def test_a_completed_batch_is_not_cancelled_a_409_says_nothing_is_left(api, extractor):
+    batch = create(api, close=True)["batch"]
+    for job in ExtractionJob.objects.filter(batch_id=batch["id"]):
+        job_transition(job_id=job.pk, to_status="cancelled", actor=SYSTEM)
+    assert api.get(batch["links"]["self"]).json()["status"] == "completed_with_failures"
+    response = api.post(batch["links"]["cancel"], {"reason": "late"}, format="json")
+    problem = assert_problem(response, 409, "batch_finished")
+    assert "nothing to cancel" in problem["detail"]
+    assert api.get(batch["links"]["self"]).json()["status"] == "completed_with_failures"
+    assert not JobEvent.objects.filter(batch_id=batch["id"], type="batch.cancelled").exists()
+
+
 def test_requeue_requeues_the_failures_with_a_priority(api, extractor):
     batch = create(api, close=True)["batch"]
     for job in ExtractionJob.objects.filter(batch_id=batch["id"]):

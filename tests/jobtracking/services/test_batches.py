@@ -7,17 +7,14 @@ import pytest
 from django.utils import timezone
 
 from jobtracking import states
+from jobtracking.batch_states import STATUSES as BATCH_STATUSES
 from jobtracking.errors import (
     BatchClosedError,
     BatchReferenceExistsError,
     IdempotencyKeyReusedError,
 )
 from jobtracking.models import Batch, ExtractionJob, JobEvent, JobStatusChange, WebhookDelivery
-from jobtracking.selectors import (
-    BATCH_STATUSES,
-    batch_status_filter,
-    batch_summary,
-)
+from jobtracking.selectors import batch_status_filter, batch_summary
 from jobtracking.services import SYSTEM, Actor, NewJob, job_transition
 from jobtracking.services.batch_completion import batches_complete, batches_complete_due
 from jobtracking.services.batches import (
