@@ -113,6 +113,8 @@ def quick_start(base_url: str, token: str, sample_url: str, file_id: str = "quic
 
 
 if __name__ == "__main__":
-    sample = "http://127.0.0.1:8765/samples/grant-report.txt"
-    result = quick_start("http://127.0.0.1:8000", os.environ["KEY"], sample)
+    # The ports `make run` takes, from the same variables (PORT=8011 make run: PORT=8011 here).
+    service = f"http://127.0.0.1:{os.environ.get('PORT', '8000')}"
+    sandbox = f"http://127.0.0.1:{os.environ.get('SANDBOX_PORT', '8765')}"
+    result = quick_start(service, os.environ["KEY"], f"{sandbox}/samples/grant-report.txt")
     print(result["payload"]["pages"][0]["text"])

@@ -5,11 +5,15 @@ settings: only its own origin is allowed out of loopback), and serves the sample
 `source_url` names."""
 
 import io
+import os
 import re
 import shlex
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import pytest
 from django.core.management import call_command
@@ -186,6 +190,26 @@ def test_the_python_quick_start_creates_waits_and_fetches(live_server, demo):
     engine.join(timeout=30)
     assert result["page_count"] == 1
     assert "Total budget" in result["payload"]["pages"][0]["text"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("seeded_statuses")
+def test_the_example_client_run_as_a_script_finds_a_stack_on_other_ports(live_server, demo):
+    token = token_issue(user=service_account("quick-start"))
+    engine = run_jobs_in_the_background(1)
+    env = {
+        **os.environ,
+        "KEY": token,
+        "PORT": str(urlsplit(live_server.url).port),
+        "SANDBOX_PORT": str(urlsplit(demo).port),
+    }
+    script = ROOT / "docs" / "examples" / "client.py"
+    run = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
+    engine.join(timeout=30)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Grant number" in run.stdout
 
 
 @pytest.mark.django_db(transaction=True)
