@@ -4,6 +4,9 @@ nothing from `bench/` (opt-in benchmarks, whose fast data writers may lag the mo
 
 import ast
 import io
+import re
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -73,3 +76,62 @@ def test_bench_imports_are_seen_wherever_they_are():
         "    import_module('bench')\n"
     )
     assert sorted(bench_imports(source)) == ["bench", "bench.admin", "bench.api", "bench.data"]
+
+
+# What `make run` installs (`pip install -e .`, no extras) must be all the service imports.
+PRODUCT = ("config", "extraction", "jobtracking", "manage.py")
+
+
+def top_level_imports(source: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def distributions_of(requirements: list[str]) -> set[str]:
+    """The import names of these requirements' distributions (from their installed records)."""
+    names = set()
+    for requirement in requirements:
+        name = re.split(r"[<>=!\[ ;]", requirement, maxsplit=1)[0]
+        found = metadata.distribution(name)
+        top = found.read_text("top_level.txt")
+        names |= set(top.split()) if top else {name.replace("-", "_").lower()}
+        names |= {
+            str(path).split("/")[0].removesuffix(".py")
+            for path in found.files or []
+            if "/" in str(path) or str(path).endswith(".py")
+        } - {"..", "__pycache__"}
+    return names
+
+
+def test_the_service_imports_nothing_only_the_test_extra_installs():
+    project = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["project"]
+    runtime = distributions_of(project["dependencies"])
+    test_only = distributions_of(project["optional-dependencies"]["test"]) - runtime
+    sources = [
+        path
+        for name in PRODUCT
+        for path in (
+            [TESTS.parent / name] if name.endswith(".py") else (TESTS.parent / name).rglob("*.py")
+        )
+    ]
+    found = {
+        str(path.relative_to(TESTS.parent)): used
+        for path in sources
+        if (used := top_level_imports(path.read_text()) & test_only)
+    }
+    assert found == {}
+    # Not blind: a module importing a test-only package is seen.
+    assert top_level_imports("from hypothesis import given\n") & test_only == {"hypothesis"}
+
+
+def test_make_run_installs_the_service_without_the_test_extra():
+    makefile = (TESTS.parent / "Makefile").read_text()
+    run_needs = re.search(r"^run: (.+)$", makefile, re.MULTILINE).group(1).split()
+    assert run_needs == ["$(RUN_INSTALLED)"]
+    recipe = re.search(r"^\$\(RUN_INSTALLED\):.*\n((?:\t.*\n)+)", makefile, re.MULTILINE).group(1)
+    assert "pip install --quiet -e .\n" in recipe and "[test]" not in recipe
