@@ -21,6 +21,54 @@ class ErrorCode(models.TextChoices):
     SOURCE_UNAVAILABLE = "source_unavailable", "The file to extract could not be read"
 
 
+# Whether a requeue (the same input, submitted again) may succeed, and why: the job page shows
+# it, and the API's `error.requeue_may_help` says it. Each code has its entry (a test holds it).
+REQUEUE_ADVICE: dict[str, tuple[bool, str]] = {
+    ErrorCode.EXTRACTOR_UNAVAILABLE: (
+        True,
+        "The extractor was unavailable: once it is back, a requeue may succeed.",
+    ),
+    ErrorCode.REJECTED_BY_EXTRACTOR: (
+        False,
+        "The extractor refused this request: the same input will be refused again.",
+    ),
+    ErrorCode.EXTRACTOR_AUTH: (
+        True,
+        "The extractor refused our key: once staff fix it, a requeue may succeed.",
+    ),
+    ErrorCode.EXTERNAL_JOB_LOST: (
+        True,
+        "The extractor lost the job: a requeue submits it again.",
+    ),
+    ErrorCode.EXTRACTION_FAILED: (
+        False,
+        "The extractor could not extract this document: it will fail again unless the "
+        "document changes.",
+    ),
+    ErrorCode.INVALID_RESPONSE: (
+        True,
+        "The extractor's answer could not be read: a requeue may get a readable one.",
+    ),
+    ErrorCode.INVALID_EXTRACTOR_ANSWER: (
+        True,
+        "The extractor's answer for this job could not be recorded: a requeue may get another.",
+    ),
+    ErrorCode.INVALID_RESULT: (
+        False,
+        "The extractor's result cannot be stored: the same document gives the same result.",
+    ),
+    ErrorCode.DEADLINE_EXCEEDED: (
+        True,
+        "The job ran out of time: a requeue, perhaps at a quieter hour, may finish.",
+    ),
+    ErrorCode.SOURCE_UNAVAILABLE: (
+        True,
+        "The document could not be read from its source: once its URL serves it, a requeue "
+        "may succeed; as it is, it will fail again.",
+    ),
+}
+
+
 class ExtractorError(Exception):
     """A call to an extractor did not give a usable answer. Messages never hold secrets."""
 

@@ -521,6 +521,9 @@ class WebhookSubscription(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # When the secret was last rotated: the previous one signs too for a grace period
+    # (`WEBHOOK_SECRET_GRACE_HOURS`, `webhooks.sending.subscription_secrets`).
+    secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.urls import reverse
 
+from extraction.errors import REQUEUE_ADVICE
 from jobtracking.models import Batch, ExtractionJob, Priority
 
 # The moments `JobRepresentation` writes, in the order clients read them.
@@ -114,8 +115,11 @@ class JobRepresentation:
         return bool(job.upload)
 
     @staticmethod
-    def error(job: ExtractionJob) -> dict[str, str] | None:
-        return {"code": job.error_code, "message": job.error_message} if job.error_code else None
+    def error(job: ExtractionJob) -> dict[str, Any] | None:
+        if not job.error_code:
+            return None
+        may_help = REQUEUE_ADVICE.get(job.error_code, (True, ""))[0]
+        return {"code": job.error_code, "message": job.error_message, "requeue_may_help": may_help}
 
     @staticmethod
     def durations(job: ExtractionJob) -> dict[str, float | None]:

@@ -329,6 +329,9 @@ SPECTACULAR_SETTINGS = {
 WEBHOOK_SIGNING_KEY = os.environ.get("WEBHOOK_SIGNING_KEY", "")  # empty: use SECRET_KEY
 WEBHOOK_CONNECT_TIMEOUT = float(os.environ.get("WEBHOOK_CONNECT_TIMEOUT", "5"))
 WEBHOOK_READ_TIMEOUT = float(os.environ.get("WEBHOOK_READ_TIMEOUT", "10"))
+# After a rotation, deliveries are signed with the old secret too for this long (Standard
+# Webhooks' several signatures in one header), so that receivers switch without a gap.
+WEBHOOK_SECRET_GRACE_HOURS = float(os.environ.get("WEBHOOK_SECRET_GRACE_HOURS", "24"))
 # The delivery lane (jobtracking.engine.delivery_lane): deliveries claimed a round, POSTs at
 # once, and how long it sleeps when none is due.
 WEBHOOK_LANE_BATCH_SIZE = int(os.environ.get("WEBHOOK_LANE_BATCH_SIZE", "100"))

@@ -281,6 +281,8 @@ class Response:
         if status == 404 and missing_is_lost:
             raise ExternalJobLostError(message)
         code = ErrorCode.EXTRACTOR_AUTH if status in (401, 403) else ErrorCode.REJECTED_BY_EXTRACTOR
+        if remote_code == ErrorCode.SOURCE_UNAVAILABLE:  # the job protocol's: the URL failed
+            code = ErrorCode.SOURCE_UNAVAILABLE
         raise PermanentExtractorError(
             message, code=code, http_status=status, remote_code=remote_code
         )

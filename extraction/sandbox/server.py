@@ -78,6 +78,15 @@ def control_headers() -> dict[str, str]:
     return {CONTROL_TOKEN_HEADER: control_token()}
 
 
+# The job protocol's error code for a document the extractor could not fetch from its URL
+# (answered 422): the source's fault, not the extractor's (`ErrorCode.SOURCE_UNAVAILABLE`).
+SOURCE_UNAVAILABLE = "source_unavailable"
+
+
+class SourceUnavailableError(ValueError):
+    """The document's URL could not be fetched (refused, failing, redirecting, unreachable)."""
+
+
 @dataclass
 class SandboxConfig:
     """Fault injection and behaviour. Rates are probabilities between 0 and 1."""
@@ -539,6 +548,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
                     return self.send_json(200, {"id": existing, "status": "queued"})
         try:
             content, file_name, content_type, options = self.document(body)
+        except SourceUnavailableError as error:
+            return self.send_error_json(422, SOURCE_UNAVAILABLE, str(error))
         except ValueError as error:
             return self.send_error_json(400, "bad_request", str(error))
         # The upload is not kept, only its result (once for every upload of the same file).
@@ -612,7 +623,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
         try:
             addresses = check_public_url(url)
         except UnsafeURLError as error:
-            raise ValueError(f"Cannot fetch the document: {error.message}") from None
+            raise SourceUnavailableError(f"Cannot fetch the document: {error.message}") from None
         address = addresses[0] if addresses else None
         headers = {"Host": urlsplit(url).netloc} if address else {}
         try:
@@ -620,12 +631,19 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 url, headers=headers, timeout=(5, 30), allow_redirects=False, stream=True
             ) as fetched:
                 if fetched.is_redirect:
-                    raise ValueError("The document's URL redirects; redirects are not followed.")
-                fetched.raise_for_status()
+                    raise SourceUnavailableError(
+                        "The document's URL redirects; redirects are not followed."
+                    )
+                if fetched.status_code >= 400:
+                    raise SourceUnavailableError(
+                        f"Cannot fetch the document: its URL answered HTTP {fetched.status_code}."
+                    )
                 content = fetched.raw.read(MAX_UPLOAD_BYTES + 1, decode_content=True)
                 media = fetched.headers.get("Content-Type", "")
         except requests.RequestException as error:
-            raise ValueError(f"Cannot fetch the document: {type(error).__name__}") from None
+            raise SourceUnavailableError(
+                f"Cannot fetch the document: {type(error).__name__}"
+            ) from None
         if len(content) > MAX_UPLOAD_BYTES:
             raise ValueError(f"The document is larger than {MAX_UPLOAD_BYTES} bytes.")
         return content, media

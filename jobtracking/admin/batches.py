@@ -22,6 +22,7 @@ from jobtracking.admin.common import (
     admin_actor,
     moment,
     record,
+    requeue_reason_given,
     uuid_search,
 )
 from jobtracking.admin.job_page import JobActForm, RequeueForm
@@ -292,7 +293,8 @@ class BatchAdmin(ReadOnlyAdmin):
         description="Requeue the failed jobs of selected batches", permissions=["requeue"]
     )
     def requeue_selected(self, request, queryset):
-        self._apply(request, queryset, "requeue", "requeued")
+        if requeue_reason_given(self, request):
+            self._apply(request, queryset, "requeue", "requeued")
 
     # The batch page and its buttons.
 

@@ -5,7 +5,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import models
 from django.urls import reverse
@@ -125,6 +125,21 @@ def record(request, objects: Iterable[models.Model], message: str) -> None:
         LogEntry.objects.log_actions(
             user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
         )
+
+
+REQUEUE_NEEDS_A_REASON = (
+    "Give a reason for the requeue (the Reason field): it costs another extraction, and each "
+    "job's history records why."
+)
+
+
+def requeue_reason_given(modeladmin: admin.ModelAdmin, request) -> bool:
+    """Whether a requeue list action came with a reason; if not, staff are told so and nothing
+    is requeued."""
+    if request.POST.get("reason", "").strip():
+        return True
+    modeladmin.message_user(request, REQUEUE_NEEDS_A_REASON, messages.ERROR)
+    return False
 
 
 class NoWrites:

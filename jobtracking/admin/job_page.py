@@ -15,6 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from extraction.errors import REQUEUE_ADVICE
 from extraction.registry import result_document
 from jobtracking import states
 from jobtracking.admin.common import (
@@ -49,6 +50,8 @@ def summary(job: ExtractionJob, now: datetime) -> list[tuple[str, Any]]:
     if job.error_code:
         rows.insert(1, ("Error", f"{job.get_error_code_display()} ({job.error_code})"))
         rows.insert(2, ("Error message", job.error_message or "—"))
+        if job.error_code in REQUEUE_ADVICE:
+            rows.insert(3, ("Will a requeue help?", REQUEUE_ADVICE[job.error_code][1]))
     return rows
 
 
@@ -86,6 +89,12 @@ class JobActForm(forms.Form):
 
 
 class RequeueForm(JobActForm):
+    # A requeue costs another extraction: staff say why, for the history's readers.
+    reason = forms.CharField(
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Why it is requeued (recorded in its history).",
+    )
     force = forms.BooleanField(required=False, label="Force: requeue although it succeeded")
     priority = forms.ChoiceField(
         required=False, choices=[("", "Keep the job's priority"), *Priority.choices]

@@ -17,6 +17,7 @@ from jobtracking.admin.common import (
     admin_actor,
     moment,
     record,
+    requeue_reason_given,
     span,
     status_badge,
 )
@@ -269,6 +270,8 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
 
     @admin.action(description="Requeue selected jobs", permissions=["requeue"])
     def requeue_selected(self, request, queryset):
+        if not requeue_reason_given(self, request):
+            return
         force = bool(request.POST.get("force"))
         priority = chosen_priority(request)
         self._apply(

@@ -6,12 +6,14 @@ import json
 import uuid
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import Http404
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
@@ -134,17 +136,24 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         if not change:
             self._show_secret(request, obj)
 
-    def _show_secret(self, request, subscription):
+    def _show_secret(self, request, subscription, *, rotated: bool = False):
+        grace = (
+            f" The previous secret also signs deliveries for "
+            f"{settings.WEBHOOK_SECRET_GRACE_HOURS:g} hours: switch the receiver to this one "
+            "before then."
+            if rotated
+            else ""
+        )
         self.message_user(
             request,
             f"Signing secret for {subscription.url} (shown once, not stored): "
-            f"{subscription_secret(subscription)}",
+            f"{subscription_secret(subscription)}.{grace}",
             messages.WARNING,
         )
 
     def _rotate(self, request, subscription: WebhookSubscription) -> None:
         subscription_rotate_secret(subscription)
-        self._show_secret(request, subscription)
+        self._show_secret(request, subscription, rotated=True)
         record(request, [subscription], f"Secret rotated (version {subscription.secret_version}).")
 
     def _send_test(self, request, subscription: WebhookSubscription) -> None:
@@ -171,8 +180,11 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         description="Rotate the signing secret and show the new one", permissions=["change"]
     )
     def rotate_secret(self, request, queryset):
+        if request.POST.get("confirm") != "yes":
+            return self._confirm_rotation(request, list(queryset))
         for subscription in queryset:
             self._rotate(request, subscription)
+        return None
 
     @admin.action(description="Send a signed test event now", permissions=["change"])
     def send_test(self, request, queryset):
@@ -198,8 +210,26 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
             raise Http404("No such subscription, or not one of yours.")
         if not self.has_change_permission(request, subscription):
             raise PermissionDenied
+        if command == "rotate-secret" and request.POST.get("confirm") != "yes":
+            return self._confirm_rotation(request, [subscription])
         getattr(self, self.BUTTONS[command])(request, subscription)
         return redirect("admin:jobtracking_webhooksubscription_change", subscription.pk)
+
+    def _confirm_rotation(self, request, subscriptions: list[WebhookSubscription]):
+        """Ask before rotating: what changes for the receiver, and for how long the old secret
+        still signs. Posted again with `confirm=yes` (and, from the list, the same action and
+        selection), it rotates."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Rotate the signing secret?",
+            "opts": self.model._meta,
+            "subscriptions": subscriptions,
+            "grace_hours": settings.WEBHOOK_SECRET_GRACE_HOURS,
+            "from_list": request.POST.get("action") == "rotate_secret",
+        }
+        return TemplateResponse(
+            request, "admin/jobtracking/webhooksubscription/rotate_confirm.html", context
+        )
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         subscription = self.get_object(request, unquote(object_id))

@@ -44,6 +44,11 @@ class ErrorSerializer(serializers.Serializer):
         choices=ErrorCode.choices, help_text="Why the job ended without its result."
     )
     message = serializers.CharField()
+    requeue_may_help = serializers.BooleanField(
+        help_text="Whether submitting the same input again may succeed (the extractor was "
+        "unavailable, the job ran out of time…); false when it would fail the same way (the "
+        "extractor refused the request or could not extract the document)."
+    )
 
 
 class DurationsSerializer(serializers.Serializer):
@@ -176,7 +181,7 @@ class ExtractionJobSerializer(UtcModelSerializer):
         return JobRepresentation.has_upload(job)
 
     @extend_schema_field(ErrorSerializer(allow_null=True))
-    def get_error(self, job: ExtractionJob) -> dict[str, str] | None:
+    def get_error(self, job: ExtractionJob) -> dict[str, Any] | None:
         return JobRepresentation.error(job)
 
     @extend_schema_field(DurationsSerializer)

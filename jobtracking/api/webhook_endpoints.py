@@ -189,8 +189,10 @@ class WebhookEndpointViewSet(ClientRowsViewSet):
 
     @extend_schema(
         summary="Rotate an endpoint's signing secret",
-        description="A new secret, answered this once; the old one stops verifying at once "
-        "(deliveries already on their way are signed with the new one).",
+        description="A new secret, answered this once. For `WEBHOOK_SECRET_GRACE_HOURS` (24 by "
+        "default) every delivery is signed with the old and the new secret (two signatures in "
+        "`webhook-signature`; either verifies), so the receiver switches without a gap; then "
+        "with the new one alone.",
         request=None,
         responses={200: WebhookEndpointWithSecretSerializer},
         parameters=[ENDPOINT_ID],

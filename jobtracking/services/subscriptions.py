@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
 from jobtracking.models import WebhookSubscription
 
@@ -37,10 +38,13 @@ def subscription_delete(*, subscription: WebhookSubscription) -> None:
 
 
 def subscription_rotate_secret(subscription: WebhookSubscription) -> None:
-    """A new signing secret (derived from the next `secret_version`): the old one stops
-    verifying at once."""
+    """A new signing secret (derived from the next `secret_version`). Deliveries are signed with
+    the old one too for `WEBHOOK_SECRET_GRACE_HOURS` (`webhooks.sending.subscription_secrets`),
+    so that the receiver switches without a gap; a second rotation within that time ends the
+    first one's grace."""
     subscription.secret_version += 1
-    subscription.save(update_fields=["secret_version", "updated_at"])
+    subscription.secret_rotated_at = timezone.now()
+    subscription.save(update_fields=["secret_version", "secret_rotated_at", "updated_at"])
 
 
 def _editable(fields: dict[str, Any]) -> dict[str, Any]:

@@ -91,6 +91,22 @@ def subscription_secret(subscription: WebhookSubscription) -> str:
     return "whsec_" + base64.b64encode(key).decode()
 
 
+def subscription_secrets(subscription: WebhookSubscription, now=None) -> list[str]:
+    """The secrets a delivery is signed with: the current one, and for
+    `WEBHOOK_SECRET_GRACE_HOURS` after a rotation the previous one too, so that a receiver
+    verifies with either while it switches (Standard Webhooks: any one signature that verifies
+    is enough)."""
+    secrets = [subscription_secret(subscription)]
+    rotated_at, now = subscription.secret_rotated_at, now or timezone.now()
+    grace = timedelta(hours=settings.WEBHOOK_SECRET_GRACE_HOURS)
+    if rotated_at is not None and subscription.secret_version > 1 and now < rotated_at + grace:
+        previous = WebhookSubscription(
+            pk=subscription.pk, secret_version=subscription.secret_version - 1
+        )
+        secrets.append(subscription_secret(previous))
+    return secrets
+
+
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     key = base64.b64decode(secret.removeprefix("whsec_"))
     signed = f"{message_id}.{timestamp}.".encode() + body
@@ -146,7 +162,7 @@ class Receiver:
 
     def __init__(self, subscription: WebhookSubscription) -> None:
         self.url = subscription.url
-        self.secret = subscription_secret(subscription)
+        self.secrets = subscription_secrets(subscription)
         self.target, self.unsafe = None, ""
         try:
             self.target = checked_target(self.url)
@@ -158,7 +174,7 @@ class Receiver:
         never raises for the receiver's faults. What the receiver said is made storable
         (`storable.safe_text`): its answer is recorded with its neighbours' in one statement."""
         timestamp = int(time.time())
-        signature = sign(self.secret, message_id, timestamp, body)
+        signature = " ".join(sign(secret, message_id, timestamp, body) for secret in self.secrets)
         headers = delivery_headers(message_id, str(timestamp), signature)
         status, excerpt, error = None, "", self.unsafe
         attempted_at, started = timezone.now(), time.monotonic()

@@ -3,6 +3,7 @@ database (the `make run` default): no django-q2 task lines unless asked, busy po
 before anything starts, and a last start-up line with the admin URL and login."""
 
 import os
+import re
 import signal
 import socket
 
@@ -31,6 +32,7 @@ def test_commands_print_their_own_lines_without_django_q2s(sqlite_env):
     assert quiet.returncode == 0, quiet.stderr
     output = quiet.stdout + quiet.stderr
     assert "Seeded 3 demo job(s)" in output and "login: admin / make-run-pass" in output
+    assert re.search(r"/_sandbox/webhooks .*signed with whsec_[A-Za-z0-9+/=]{40,}\.", output)
     assert "Enqueued" not in output and "AXES: BEGIN" not in output
 
     dry = manage("cancel_jobs", "--status", "pending", "--dry-run", "--limit", "2", env=sqlite_env)

@@ -3,6 +3,7 @@ from datetime import timedelta
 from extraction.clients.azure_di import AzureDocumentIntelligenceClient
 from extraction.clients.base import ExtractorClient
 from extraction.clients.http_async import HttpAsyncClient
+from extraction.errors import REQUEUE_ADVICE, ErrorCode
 from extraction.models import Adapter, Extractor
 from extraction.registry import ADAPTERS, get_client
 
@@ -52,3 +53,10 @@ def test_every_adapter_choice_has_a_client_and_every_client_a_choice():
     )
     registered = {**ADAPTERS, "specimen_protocol": HttpAsyncClient}
     assert unmatched(Adapter.values, registered) == (set(), {"specimen_protocol"})
+
+
+def test_every_error_code_says_whether_a_requeue_may_help():
+    assert set(REQUEUE_ADVICE) == set(ErrorCode.values)
+    assert all(advice.endswith(".") for _, advice in REQUEUE_ADVICE.values())
+    assert not REQUEUE_ADVICE[ErrorCode.EXTRACTION_FAILED][0]
+    assert REQUEUE_ADVICE[ErrorCode.EXTRACTOR_UNAVAILABLE][0]

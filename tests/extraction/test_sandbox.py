@@ -100,9 +100,23 @@ def test_sandbox_does_not_follow_a_redirecting_source_url(sandbox, httpserver):
         client.submit(
             SubmitRequest(file_name="moved.txt", source_url=httpserver.url_for("/files/moved.txt"))
         )
-    assert refused.value.code == ErrorCode.REJECTED_BY_EXTRACTOR
+    assert refused.value.code == ErrorCode.SOURCE_UNAVAILABLE
     assert "redirects are not followed" in refused.value.message
     assert len(httpserver.log) == 1
+
+
+@pytest.mark.parametrize("status", [404, 403, 500])
+def test_a_source_url_that_fails_is_the_sources_fault_not_the_extractors(
+    sandbox, httpserver, status
+):
+    httpserver.expect_request("/files/gone.txt").respond_with_data("", status=status)
+    client = make_client(sandbox)
+    with pytest.raises(PermanentExtractorError) as refused:
+        client.submit(
+            SubmitRequest(file_name="gone.txt", source_url=httpserver.url_for("/files/gone.txt"))
+        )
+    assert (refused.value.code, refused.value.http_status) == (ErrorCode.SOURCE_UNAVAILABLE, 422)
+    assert f"its URL answered HTTP {status}" in refused.value.message
 
 
 @pytest.mark.parametrize(
@@ -609,7 +623,7 @@ def test_a_source_url_cannot_read_the_webhooks_the_sandbox_received(sandbox):
         client.submit(
             SubmitRequest(file_name="w.txt", source_url=f"{sandbox.url}/_sandbox/webhooks")
         )
-    assert "HTTPError" in refused.value.message
+    assert "its URL answered HTTP 401" in refused.value.message
     assert sandbox.stats()["jobs"] == 0
 
 

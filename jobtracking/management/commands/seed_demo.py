@@ -10,6 +10,7 @@ from extraction.models import Adapter, Extractor
 from jobtracking.errors import ActiveJobExistsError
 from jobtracking.models import ExtractionJob, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_create
+from jobtracking.webhooks.sending import subscription_secret
 
 DEMO_ADMIN = "admin"
 
@@ -70,7 +71,8 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             f"Webhooks go to {subscription.url} (see what arrived with GET on that URL, with "
-            "the X-Sandbox-Token header `make run` prints)."
+            "the X-Sandbox-Token header `make run` prints), signed with "
+            f"{subscription_secret(subscription)}."
         )
         self.seed_jobs(extractor, user)
         port = os.environ.get("PORT", "8000")

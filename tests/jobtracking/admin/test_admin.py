@@ -131,11 +131,20 @@ def test_set_priority_action_changes_active_jobs_and_records_it(fleet, client):
 def test_requeue_of_succeeded_needs_force_and_reports_refusals(root_client, fleet):
     ids = [fleet["succeeded"].pk]
     response = root_client.post(
-        JOBS, {"action": "requeue_selected", "_selected_action": ids}, follow=True
+        JOBS, {"action": "requeue_selected", "_selected_action": ids, "reason": "r"}, follow=True
     )
     assert "refused" in response.content.decode()
-    root_client.post(JOBS, {"action": "requeue_selected", "_selected_action": ids, "force": "on"})
+    root_client.post(
+        JOBS, {"action": "requeue_selected", "_selected_action": ids, "force": "on", "reason": "r"}
+    )
     assert ExtractionJob.objects.get(pk=ids[0]).attempt == 2
+
+
+def test_a_requeue_list_action_without_a_reason_requeues_nothing(root_client, fleet):
+    selection = {"action": "requeue_selected", "_selected_action": [fleet["failed"].pk]}
+    response = root_client.post(JOBS, {**selection, "reason": "  "}, follow=True)
+    assert "Give a reason for the requeue" in response.content.decode()
+    assert ExtractionJob.objects.get(pk=fleet["failed"].pk).status_id == "failed"
 
 
 def test_staff_without_requeue_permission_cannot_requeue(fleet, client):
@@ -259,7 +268,7 @@ def test_webhook_subscription_secret_is_shown_once_on_rotation(root_client, sett
     subscription = WebhookSubscriptionFactory(url="https://hooks.example.org/1")
     response = root_client.post(
         "/admin/jobtracking/webhooksubscription/",
-        {"action": "rotate_secret", "_selected_action": [subscription.pk]},
+        {"action": "rotate_secret", "_selected_action": [subscription.pk], "confirm": "yes"},
         follow=True,
     )
     subscription.refresh_from_db()
@@ -372,6 +381,8 @@ def test_admin_actions_on_another_clients_jobs_need_manage_all(client):
     assert theirs.status_id == "failed"
     viewer.user_permissions.add(Permission.objects.get(codename="manage_all_extractionjobs"))
     client.force_login(viewer)
-    client.post(JOBS, {"action": "requeue_selected", "_selected_action": [theirs.pk]})
+    client.post(
+        JOBS, {"action": "requeue_selected", "_selected_action": [theirs.pk], "reason": "r"}
+    )
     theirs.refresh_from_db()
     assert theirs.status_id == "pending"

@@ -245,7 +245,11 @@ def test_actions_cancel_only_batches_the_staff_member_may_act_on(client, client_
 
 
 def test_action_requeues_failed_jobs_of_selected_batches(operator, client, mixed):
-    client.post(BATCHES, {"action": "requeue_selected", "_selected_action": [str(mixed.pk)]})
+    selection = {"action": "requeue_selected", "_selected_action": [str(mixed.pk)]}
+    before = sorted(job.status_id for job in jobs_of(mixed))
+    client.post(BATCHES, selection)  # without a reason: nothing
+    assert sorted(job.status_id for job in jobs_of(mixed)) == before
+    client.post(BATCHES, {**selection, "reason": "source fixed"})
     statuses = sorted(job.status_id for job in jobs_of(mixed))
     assert statuses == sorted([states.SUCCEEDED, states.PENDING, states.PENDING, states.PENDING])
 

@@ -87,6 +87,27 @@ def test_timeline_has_seconds_durations_details_and_attempts(operator, client, f
     assert span(changes[2].changed_at - changes[1].changed_at) in timeline
 
 
+def test_a_requeue_without_a_reason_is_asked_for_one(operator, client, failed_job):
+    form = client.post(f"{JOBS}{failed_job.pk}/requeue/", {"reason": ""}).content.decode()
+    assert "This field is required" in form
+    failed_job.refresh_from_db()
+    assert (failed_job.status_id, failed_job.attempt) == ("failed", 1)
+
+
+@pytest.mark.parametrize(
+    ("code", "advice"),
+    [
+        ("extraction_failed", "it will fail again unless the document changes"),
+        ("source_unavailable", "once its URL serves it, a requeue may succeed"),
+        ("extractor_unavailable", "once it is back, a requeue may succeed"),
+    ],
+)
+def test_a_failed_jobs_page_says_whether_a_requeue_may_help(operator, client, code, advice):
+    job = ExtractionJobFactory(failed=True, error_code=code)
+    html = page(client, job)
+    assert "Will a requeue help?" in html and advice in html
+
+
 def test_a_requeued_job_shows_each_attempt_apart(operator, client, failed_job):
     client.post(f"{JOBS}{failed_job.pk}/requeue/", {"reason": "fixed"})
     timeline = page(client, failed_job).split('id="timeline"')[1]

@@ -181,15 +181,32 @@ def test_the_send_test_button_posts_a_verifiable_message(root_client, httpserver
     assert LogEntry.objects.get().change_message == "Test event sent: HTTP 200."
 
 
-def test_the_rotate_secret_button_shows_the_new_secret_once(root_client):
+def test_the_rotate_secret_button_asks_first_then_shows_the_new_secret_once(root_client):
     subscription = WebhookSubscriptionFactory()
     old = subscription_secret(subscription)
-    page = root_client.post(button(subscription, "rotate-secret"), follow=True).content.decode()
+    asked = root_client.post(button(subscription, "rotate-secret")).content.decode()
+    subscription.refresh_from_db()
+    assert subscription.secret_version == 1 and 'id="rotate-form"' in asked
+    assert "signed with both the old and the new secret" in asked
+    page = root_client.post(
+        button(subscription, "rotate-secret"), {"confirm": "yes"}, follow=True
+    ).content.decode()
     subscription.refresh_from_db()
     assert subscription.secret_version == 2
+    assert "The previous secret also signs deliveries for 24 hours" in page
     assert subscription_secret(subscription) in page and old not in page
     again = root_client.get(f"{SUBSCRIPTIONS}{subscription.pk}/change/").content.decode()
     assert subscription_secret(subscription) not in again
+
+
+def test_the_rotate_list_action_asks_first(root_client):
+    subscriptions = WebhookSubscriptionFactory.create_batch(2)
+    selection = {"action": "rotate_secret", "_selected_action": [s.pk for s in subscriptions]}
+    asked = root_client.post(SUBSCRIPTIONS, selection).content.decode()
+    assert "these 2 subscriptions" in asked
+    assert {s.secret_version for s in WebhookSubscription.objects.all()} == {1}
+    root_client.post(SUBSCRIPTIONS, {**selection, "confirm": "yes"})
+    assert {s.secret_version for s in WebhookSubscription.objects.all()} == {2}
 
 
 def test_the_buttons_need_the_change_permission_and_a_post(client, root_client):

@@ -53,7 +53,11 @@ def test_an_events_payload_is_the_job_as_get_shows_it(api, extractor):
     event = JobEvent.objects.filter(job_id=job_id).latest("id")
     assert event.type == "job.failed"
     assert event.payload == as_paths(shown)
-    assert shown["error"] == {"code": "extraction_failed", "message": "The document is corrupt."}
+    assert shown["error"] == {
+        "code": "extraction_failed",
+        "message": "The document is corrupt.",
+        "requeue_may_help": False,
+    }
     assert shown["links"]["self"] == f"http://testserver{URL}{job_id}/"
     assert event.payload["links"]["self"] == f"{URL}{job_id}/"
     assert len(moments(shown)) == 6 and all(text.endswith("Z") for text in moments(shown))

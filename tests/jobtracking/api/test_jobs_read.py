@@ -118,7 +118,11 @@ def test_another_clients_job_and_no_job_at_all_answer_alike(other_api, jobs):
 
 def test_retrieve_returns_durations_and_error(api, jobs):
     data = api.get(f"{URL}{jobs['failed'].pk}/").json()
-    assert data["error"] == {"code": "extraction_failed", "message": "The document is corrupt."}
+    assert data["error"] == {
+        "code": "extraction_failed",
+        "message": "The document is corrupt.",
+        "requeue_may_help": False,
+    }
     assert data["durations"]["turnaround_seconds"] == pytest.approx(86400, abs=1)
 
 
@@ -315,6 +319,14 @@ def test_result_of_a_job_that_ended_without_one_says_none_will_come(api, owner, 
     assert problem["job_status"] == status
     assert problem["detail"].startswith(f"The job ended without a result: it is {status}.")
     assert problem["type"] == "/api/problems/job_ended_without_result"
+
+
+@pytest.mark.parametrize(("trait", "may_help"), [("failed", False), ("timed_out", True)])
+def test_a_jobs_error_says_whether_a_requeue_may_help(api, owner, trait, may_help):
+    job = ExtractionJobFactory(requested_by=owner, **{trait: True})
+    error = api.get(f"{URL}{job.pk}/").json()["error"]
+    assert set(error) == {"code", "message", "requeue_may_help"}
+    assert error["requeue_may_help"] is may_help
 
 
 def test_cancel_records_the_client_and_reason(api, owner, jobs):

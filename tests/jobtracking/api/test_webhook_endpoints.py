@@ -11,7 +11,7 @@ from werkzeug import Response
 
 from jobtracking.models import DeliveryState, WebhookDelivery, WebhookSubscription
 from jobtracking.services.deliveries import deliver
-from jobtracking.webhooks.sending import subscription_secret
+from jobtracking.webhooks.sending import subscription_secret, subscription_secrets
 from tests.factories import UserFactory, api_job
 from tests.jobtracking.api.conftest import (
     WEBHOOK_PERMISSIONS,
@@ -263,6 +263,8 @@ def test_webhook_endpoints_rotate_secret_answers_the_new_one_once(hooks):
     assert rotated.status_code == 200, rotated.content
     subscription = WebhookSubscription.objects.get()
     assert rotated.json()["secret"] == subscription_secret(subscription) != first["secret"]
+    # The old secret still signs, beside the new one, while the receiver switches.
+    assert subscription_secrets(subscription) == [rotated.json()["secret"], first["secret"]]
     assert "secret" not in hooks.get(f"{URL}{first['id']}/").json()
     problem = assert_problem(
         hooks.post(f"{URL}{first['id']}/rotate_secret/", {"now": True}, format="json"),

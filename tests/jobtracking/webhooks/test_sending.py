@@ -21,6 +21,7 @@ from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import DeliveryAttempt, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
 from jobtracking.services.deliveries import deliver, deliveries_claim_due, delivery_retry
+from jobtracking.services.subscriptions import subscription_rotate_secret
 from jobtracking.webhooks.sending import (
     RETRY_SCHEDULE,
     TEST_FAILED,
@@ -28,6 +29,7 @@ from jobtracking.webhooks.sending import (
     describe_failure,
     send_test_event,
     subscription_secret,
+    subscription_secrets,
     wants,
 )
 from jobtracking.webhooks.transport import BadAnswer, ConnectError, ConnectTimeout, Disconnected
@@ -111,6 +113,51 @@ def test_a_tampered_body_fails_verification(subscription, httpserver):
     tampered = captured["body"].replace(b"job.created", b"job.succeeded")
     with pytest.raises(Exception, match=r"(?i)signature"):
         Webhook(subscription_secret(subscription)).verify(tampered, captured["headers"])
+
+
+def signed_headers(subscription, httpserver) -> tuple[bytes, dict]:
+    """The body and headers of one delivery of a new job's event to `subscription`."""
+    captured = {}
+
+    def receiver(request):
+        captured["body"], captured["headers"] = request.get_data(), dict(request.headers)
+        return Response("", 204)
+
+    httpserver.expect_oneshot_request("/hooks").respond_with_handler(receiver)
+    make_job(f"f-{WebhookDelivery.objects.count()}")
+    deliver(WebhookDelivery.objects.latest("pk").pk)
+    return captured["body"], captured["headers"]
+
+
+def test_a_rotated_secret_signs_beside_the_new_one_for_the_grace_period(
+    subscription, httpserver, settings
+):
+    settings.WEBHOOK_SECRET_GRACE_HOURS = 24
+    old = subscription_secret(subscription)
+    subscription_rotate_secret(subscription)
+    new = subscription_secret(subscription)
+    assert subscription_secrets(subscription) == [new, old]
+
+    body, headers = signed_headers(subscription, httpserver)
+    assert len(headers["Webhook-Signature"].split(" ")) == 2
+    for secret in (new, old):  # a receiver still on the old secret, or already on the new
+        assert Webhook(secret).verify(body, headers)["type"] == "job.created"
+
+    # Once the grace period is over, only the new one signs.
+    later = subscription.secret_rotated_at + timedelta(hours=24, seconds=1)
+    assert subscription_secrets(subscription, later) == [new]
+    WebhookSubscription.objects.filter(pk=subscription.pk).update(
+        secret_rotated_at=timezone.now() - timedelta(hours=25)
+    )
+    subscription.refresh_from_db()
+    body, headers = signed_headers(subscription, httpserver)
+    assert Webhook(new).verify(body, headers)["type"] == "job.created"
+    with pytest.raises(Exception, match=r"(?i)signature"):
+        Webhook(old).verify(body, headers)
+
+
+def test_a_subscription_never_rotated_signs_with_one_secret(subscription):
+    assert subscription_secrets(subscription) == [subscription_secret(subscription)]
 
 
 def test_subscriptions_receive_only_their_event_types(httpserver):
