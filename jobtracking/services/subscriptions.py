@@ -51,3 +51,13 @@ def _editable(fields: dict[str, Any]) -> dict[str, Any]:
     if unknown := fields.keys() - set(EDITABLE):
         raise TypeError(f"Not editable: {sorted(unknown)}")
     return fields
+
+
+def subscriptions_end_with_their_creator(sender, instance, **kwargs) -> None:
+    """Before a user is deleted (a `pre_delete` receiver, `apps.py`): their subscriptions stop.
+    `created_by` is then set to null, which would otherwise read as an operator's subscription
+    (`deliveries.reaches_all_sql`) and keep an `all_jobs` one receiving every client's events.
+    Their rows and deliveries stay, for the record."""
+    WebhookSubscription.objects.filter(created_by=instance).update(
+        active=False, all_jobs=False, updated_at=timezone.now()
+    )

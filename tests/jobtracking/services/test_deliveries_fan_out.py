@@ -128,3 +128,20 @@ def test_a_type_added_later_reaches_only_the_subscriptions_that_chose_every_type
     job = ExtractionJobFactory()
     assert fan_out(JobEventFactory(job=job, type="job.progressed")) == {every.pk}
     assert fan_out(JobEventFactory(job=job, type="job.failed")) == {every.pk, listed.pk}
+
+
+@pytest.mark.parametrize("fan_out", [orm_fan_out, statement_fan_out])
+def test_a_deleted_clients_all_jobs_subscription_stops_receiving(fan_out):
+    client = UserFactory(username="leaving")
+    client.user_permissions.add(Permission.objects.get(codename="view_all_extractionjobs"))
+    subscription = WebhookSubscriptionFactory(created_by=client, all_jobs=True)
+    job = ExtractionJobFactory()
+    assert fan_out(JobEventFactory(job=job, type="job.failed")) == {subscription.pk}
+    client.delete()
+    subscription.refresh_from_db()
+    assert (subscription.created_by_id, subscription.active, subscription.all_jobs) == (
+        None,
+        False,
+        False,
+    )
+    assert fan_out(JobEventFactory(job=job, type="job.failed")) == set()
