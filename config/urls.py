@@ -1,4 +1,6 @@
 from django.contrib import admin
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
@@ -19,6 +21,9 @@ urlpatterns = [
     path("healthz", HealthzView.as_view(), name="healthz"),
     path("readyz", ReadyzView.as_view(), name="readyz"),
     path("metrics", MetricsView.as_view(), name="metrics"),
+    # Browsers ask for it on every page: the static icon, named per request (as the
+    # production manifest names it).
+    path("favicon.ico", lambda request: redirect(static("jobtracking/favicon.svg"))),
 ]
 
 handler404 = errors.json_error_view(404, "not_found", "No such resource.")

@@ -1,9 +1,11 @@
+from axes.apps import AppConfig as AxesConfig
 from django.apps import AppConfig
 from django.conf import settings
 from django.db.models.signals import pre_delete
 
 
 class JobtrackingConfig(AppConfig):
+    default = True  # the app's own config; the module also holds django-axes' below
     name = "jobtracking"
     verbose_name = "Job tracking"
 
@@ -15,3 +17,10 @@ class JobtrackingConfig(AppConfig):
             sender=settings.AUTH_USER_MODEL,
             dispatch_uid="subscriptions_end_with_their_creator",
         )
+
+
+class LoginLockoutsConfig(AxesConfig):
+    """django-axes under what it is for staff: the admin index says "Login lockouts", not the
+    library's name."""
+
+    verbose_name = "Login lockouts"

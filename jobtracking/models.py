@@ -613,7 +613,8 @@ class WebhookDelivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"event {self.event_id} → {self.subscription_id} ({self.state})"
+        """What a delivery's page is titled: its event and receiver, as staff know them."""
+        return f"{self.event.type} event {self.event_id} to {self.subscription.url} ({self.state})"
 
 
 class DeliveryAttempt(models.Model):
@@ -678,6 +679,9 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(
         null=True, blank=True, help_text="Refused from then on; empty: until revoked."
     )
+
+    class Meta:
+        verbose_name = "API token"
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

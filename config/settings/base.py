@@ -52,7 +52,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
-    "axes",
+    "jobtracking.apps.LoginLockoutsConfig",  # django-axes, named for staff
     "extraction",
     "jobtracking",
 ]

@@ -62,6 +62,11 @@ class JobStatusChangeAdmin(JobScopedAdmin):
 class JobStatusAdmin(ReadOnlyAdmin):
     list_display = ["code", "label", "terminal", "description"]
 
+    def get_model_perms(self, request) -> dict:
+        # Reference data (`states.py` declares it; GET /api/v1/statuses/ lists it): kept off
+        # the index, its page still reachable from a job's status.
+        return {}
+
 
 class ReceivedFilter(DateRangeFilter):
     title = "received"

@@ -309,10 +309,15 @@ class WebhookDeliveryAdmin(JobScopedAdmin):
     def event_type(self, delivery: WebhookDelivery) -> str:
         return delivery.event.type
 
-    @admin.display(description="job")
+    @admin.display(description="job or batch")
     def job(self, delivery: WebhookDelivery):
-        url = reverse("admin:jobtracking_extractionjob_change", args=[delivery.event.job_id])
-        return format_html('<a href="{}">{}</a>', url, str(delivery.event.job_id)[-12:])
+        """The event's job, or its batch for a batch.* event."""
+        event = delivery.event
+        if event.job_id is None:
+            url = reverse("admin:jobtracking_batch_change", args=[event.batch_id])
+            return format_html('batch <a href="{}">{}</a>', url, str(event.batch_id)[-12:])
+        url = reverse("admin:jobtracking_extractionjob_change", args=[event.job_id])
+        return format_html('<a href="{}">{}</a>', url, str(event.job_id)[-12:])
 
     @admin.display(description="receiver")
     def receiver(self, delivery: WebhookDelivery):

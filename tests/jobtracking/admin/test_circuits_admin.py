@@ -51,8 +51,21 @@ def test_extractors_list_shows_each_circuit_and_its_last_error(root_client):
     html = root_client.get(EXTRACTORS).content.decode()
     assert f"open since {health.since:%H:%M:%S} UTC" in html
     assert "paused since " in html and " UTC: key rotation" in html
-    assert '<td class="field-circuit">working</td>' in html
+    assert '<td class="field-state">enabled, calls working</td>' in html
     assert "HTTP 503 from the extractor" in html
+
+
+def test_the_extractors_list_says_disabled_paused_and_unlimited_in_words(root_client):
+    ExtractorFactory(slug="off", enabled=False, max_in_flight=0, submit_rate=0, poll_rate=None)
+    extractor_pause(
+        extractor=ExtractorFactory(slug="held", max_in_flight=8, submit_rate=2.5, poll_rate=10),
+        reason="key rotation",
+    )
+    html = root_client.get(EXTRACTORS).content.decode()
+    assert '<td class="field-state">disabled: takes no new jobs</td>' in html
+    assert "enabled, calls paused since " in html and "Enabled" not in html.split("<tbody>")[1]
+    assert "in flight unlimited; submits unlimited; polls unlimited" in html
+    assert "≤ 8 in flight; 2.5 submits/s; 10 polls/s" in html
 
 
 def test_an_old_outage_shows_its_date(root_client):

@@ -5,6 +5,7 @@ import html as entities
 import re
 
 import pytest
+from django.contrib.staticfiles import finders
 from django.utils import timezone
 from django.utils.html import strip_tags
 
@@ -79,3 +80,22 @@ def test_every_time_names_its_zone(root_client, job, settings):
     full = root_client.get(f"{JOBS}{job.pk}/results/{result.attempt}/").content.decode()
     received = timezone.localtime(result.received_at).strftime("%Y-%m-%d %H:%M:%S")
     assert f"received {received} UTC" in full
+
+
+def test_the_index_names_sections_as_staff_know_them(root_client):
+    html = root_client.get("/admin/").content.decode()
+    names = [
+        entities.unescape(name).strip()
+        for name in re.findall(r'<th scope="row"[^>]*>\s*<a href="[^"]*"[^>]*>([^<]+)</a>', html)
+    ]
+    assert "API tokens" in names and "Api tokens" not in names
+    assert "Login lockouts" in html and ">Axes<" not in html
+    # Reference data stays off the index, its page still there.
+    assert "Job statuses" not in names
+    assert root_client.get("/admin/jobtracking/jobstatus/").status_code == 200
+
+
+def test_the_favicon_is_found(client):
+    response = client.get("/favicon.ico")
+    assert (response.status_code, response["Location"]) == (302, "/static/jobtracking/favicon.svg")
+    assert finders.find("jobtracking/favicon.svg")

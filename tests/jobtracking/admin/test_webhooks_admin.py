@@ -12,7 +12,13 @@ from werkzeug import Response
 
 from jobtracking.models import AppendOnlyError, DeliveryAttempt, WebhookSubscription
 from jobtracking.webhooks.sending import subscription_secret
-from tests.factories import ExtractorFactory, WebhookDeliveryFactory, WebhookSubscriptionFactory
+from tests.factories import (
+    BatchFactory,
+    ExtractorFactory,
+    JobEventFactory,
+    WebhookDeliveryFactory,
+    WebhookSubscriptionFactory,
+)
 from tests.jobtracking.admin.conftest import staff
 
 pytestmark = pytest.mark.django_db
@@ -259,3 +265,18 @@ def test_staff_who_may_see_a_delivery_see_its_attempts(client):
     client.force_login(staff("view_webhookdelivery", "view_all_extractionjobs"))
     page = client.get(f"{DELIVERIES}{delivery.pk}/change/").content.decode()
     assert "ConnectionRefused: x:443 refused" in page
+
+
+def test_a_delivery_is_titled_by_its_event_and_receiver_and_a_batch_event_names_its_batch(
+    root_client,
+):
+    batch = BatchFactory()
+    delivery = WebhookDeliveryFactory(
+        event=JobEventFactory(job=None, batch=batch, type="batch.created", payload={})
+    )
+    page = root_client.get(f"/admin/jobtracking/webhookdelivery/{delivery.pk}/change/")
+    title = f"batch.created event {delivery.event_id} to {delivery.subscription.url}"
+    assert title in page.content.decode()
+    listing = root_client.get("/admin/jobtracking/webhookdelivery/").content.decode()
+    assert f'batch <a href="/admin/jobtracking/batch/{batch.pk}/change/">' in listing
+    assert '<td class="field-job">None</td>' not in listing
