@@ -8,11 +8,20 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from jobtracking.models import ActorType, ExtractionJob
+from jobtracking import batch_states
+from jobtracking.models import ActorType, DeliveryAttempt, ExtractionJob
 from jobtracking.services import Actor, NewJob, job_transition
 from jobtracking.services.batches import NewBatch, batch_create
 from tests.browser.chromium import ARTIFACTS, LAPTOP, MARKS, PHONE
-from tests.factories import ExtractionResultFactory, ExtractorFactory, api_job
+from tests.browser.test_dashboard_browser import contrast
+from tests.factories import (
+    ExtractionResultFactory,
+    ExtractorFactory,
+    WebhookDeliveryFactory,
+    api_job,
+)
+from tests.jobtracking.admin.test_circuits_admin import open_circuit
+from tests.jobtracking.services.test_batch_states import batch_in
 
 pytestmark = MARKS
 
@@ -131,6 +140,14 @@ def test_on_a_phone_rows_are_cards_of_labelled_cells(live_server, staff_page, co
     page.goto(f"{live_server.url}/admin/jobtracking/extractionjob/{failed.pk}/change/")
     reason = page.locator("#timeline tbody tr:not(.attempt) td").last
     assert reason.get_attribute("data-label") == "reason and details"
+    # An empty cell shows no label alone ("reason and details:" and nothing).
+    assert (
+        page.evaluate(
+            "() => [...document.querySelectorAll('td[data-label]')]"
+            ".filter(td => !td.textContent.trim()).length"
+        )
+        == 0
+    )
     assert page.locator("#timeline tr.attempt th").first.inner_text() == "Attempt 1"
 
     page.goto(
@@ -141,4 +158,73 @@ def test_on_a_phone_rows_are_cards_of_labelled_cells(live_server, staff_page, co
     assert amount.inner_text() == "Amount"
     assert page.locator("#document-tables th[rowspan='2']").inner_text() == "Assets"
     assert page.locator("#key-values td[data-label='confidence']").first.inner_text() == "93%"
+    assert not scrolls_sideways(page)
+
+
+def test_every_batch_status_badge_reads_at_4_5_to_1(live_server, staff_page):
+    for status in batch_states.STATUSES:
+        batch_in(status)
+    page = staff_page
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"{live_server.url}/admin/jobtracking/batch/")
+    badges = page.evaluate(
+        "() => [...document.querySelectorAll('.batch-status')].map(b => [b.className, "
+        "getComputedStyle(b).color, getComputedStyle(b).backgroundColor])"
+    )
+    assert {name.split()[-1] for name, _, _ in badges} == {
+        f"batch-status-{status}" for status in batch_states.STATUSES
+    }
+    low = [(name, round(contrast(fg, bg), 2)) for name, fg, bg in badges if contrast(fg, bg) < 4.5]
+    assert low == []
+
+
+def test_the_extractors_list_fits_a_laptop_with_its_last_error_in_view(live_server, staff_page):
+    for n in range(3):
+        open_circuit(extractor=ExtractorFactory(slug=f"extractor-with-a-long-slug-{n}"))
+    page = staff_page
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"{live_server.url}/admin/extraction/extractor/")
+    results = page.locator("#changelist .results")
+    assert results.evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert page.locator("#result_list td.field-last_error").first.is_visible()
+
+
+WORDS_BROKEN = """(selector) => {
+  const broken = [];
+  for (const th of document.querySelectorAll(selector)) {
+    const text = th.firstChild && th.firstChild.nodeType === 3 ? th.firstChild : null;
+    const node = text || th;
+    const words = node.textContent.split(/\\s+/).filter(Boolean);
+    const content = node.textContent;
+    let at = 0;
+    for (const word of words) {
+      const start = content.indexOf(word, at);
+      at = start + word.length;
+      if (!text) continue;
+      const range = document.createRange();
+      range.setStart(text, start);
+      range.setEnd(text, at);
+      const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+      if (lines.size > 1) broken.push(word);
+    }
+  }
+  return broken;
+}"""
+
+
+def test_on_a_phone_a_deliverys_attempts_break_headers_between_words(live_server, staff_page):
+    delivery = WebhookDeliveryFactory()
+    attempt = DeliveryAttempt.objects.create(
+        delivery=delivery,
+        status_code=503,
+        error="HTTP 503 from hooks.example.org:443",
+        response_excerpt="Service Unavailable",
+        duration_ms=120,
+    )
+    page = staff_page
+    page.set_viewport_size(PHONE)
+    page.goto(f"{live_server.url}/admin/jobtracking/webhookdelivery/{attempt.delivery_id}/change/")
+    headers = ".inline-group .tabular thead th"
+    page.wait_for_selector(headers)
+    assert page.evaluate(WORDS_BROKEN, headers) == []
     assert not scrolls_sideways(page)

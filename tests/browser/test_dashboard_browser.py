@@ -9,6 +9,7 @@ from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from jobtracking.infra.queue import enqueue_batch
+from jobtracking.models import ServiceHeartbeat
 from tests.browser.chromium import ARTIFACTS, MARKS
 from tests.factories import ExtractionJobFactory, ExtractorFactory
 
@@ -144,3 +145,19 @@ def test_dashboard_chart_labels_read_in_dark_mode(live_server, staff_page, monke
     y_tick, x_label, background = page.evaluate(AXIS_AND_BACKGROUND)
     assert background != light_background
     assert contrast(y_tick, background) >= 4.5 and contrast(x_label, background) >= 4.5
+
+
+ALIVE_AND_BACKGROUND = """() => [
+  getComputedStyle(document.querySelector('#dashboard .alive')).color,
+  getComputedStyle(document.body).backgroundColor,
+]"""
+
+
+def test_alive_reads_in_both_themes(live_server, staff_page):
+    ServiceHeartbeat.objects.create(kind="dispatcher", name="d-1", beat_at=timezone.now())
+    page = staff_page
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        open_dashboard(page, f"{live_server.url}{DASHBOARD}")
+        alive, background = page.evaluate(ALIVE_AND_BACKGROUND)
+        assert contrast(alive, background) >= 4.5, (scheme, alive, background)

@@ -7,7 +7,8 @@ for (const table of document.querySelectorAll("#result_list, table.reflow")) {
   for (const row of table.querySelectorAll("tbody tr")) {
     if (row.cells.length !== labels.length) continue; // a heading row spanning the table
     [...row.cells].forEach((cell, index) => {
-      if (labels[index]) cell.dataset.label = labels[index];
+      // An empty cell gets no label: a card would show "reason and details:" and nothing.
+      if (labels[index] && cell.textContent.trim()) cell.dataset.label = labels[index];
     });
   }
 }
