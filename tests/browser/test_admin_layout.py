@@ -225,6 +225,6 @@ def test_on_a_phone_a_deliverys_attempts_break_headers_between_words(live_server
     page.set_viewport_size(PHONE)
     page.goto(f"{live_server.url}/admin/jobtracking/webhookdelivery/{attempt.delivery_id}/change/")
     headers = ".inline-group .tabular thead th"
-    page.wait_for_selector(headers)
+    page.wait_for_selector(headers, state="attached")
     assert page.evaluate(WORDS_BROKEN, headers) == []
     assert not scrolls_sideways(page)
