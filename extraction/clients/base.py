@@ -78,6 +78,37 @@ class Submission:
 
 
 @dataclass(frozen=True)
+class DocumentFacts:
+    """What the extractor says of the document it extracted (the job protocol's result
+    `document`): a URL job learns its content type, size and digest from them."""
+
+    content_type: str
+    size: int
+    sha256: str
+
+    @classmethod
+    def read(cls, value: Any) -> "DocumentFacts | None":
+        """The facts of a result's `document`, if each is what it claims to be; else None."""
+        if not isinstance(value, dict):
+            return None
+        content_type, size, sha256 = (value.get(k) for k in ("content_type", "size", "sha256"))
+        valid = (
+            isinstance(content_type, str)
+            and MEDIA_TYPE.fullmatch(content_type)
+            and type(size) is int
+            and 0 <= size < 1 << 62
+            and isinstance(sha256, str)
+            and SHA256_HEX.fullmatch(sha256)
+        )
+        return cls(content_type, size, sha256) if valid else None
+
+
+# A media type without parameters ("application/pdf"), and a SHA-256 in lower-case hex.
+MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,48}/[a-z0-9][a-z0-9!#$&^_.+-]{0,48}")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
 class ExtractionOutput:
     payload: dict[str, Any]
     page_count: int | None = None
@@ -85,6 +116,8 @@ class ExtractionOutput:
     # The answer's bytes as the extractor sent them (kept verbatim when the payload must be
     # made safe to store).
     raw: bytes = field(default=b"", repr=False)
+    # What the extractor says of the document it extracted; None where it says nothing.
+    document: DocumentFacts | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from extraction.clients.base import (
+    DocumentFacts,
     ExtractionOutput,
     ExtractorClient,
     PollResult,
@@ -99,6 +100,7 @@ class HttpAsyncClient(ExtractorClient):
             page_count=len(pages) if isinstance(pages, list) else None,
             model_version=str(payload.get("model", ""))[:200],
             raw=response.body,
+            document=DocumentFacts.read(payload.get("document")),
         )
 
     def check_connection(self) -> str:

@@ -565,6 +565,12 @@ class SandboxHandler(BaseHTTPRequestHandler):
             except CorruptDocumentError as corrupt:
                 error = {"code": "corrupt_document", "message": str(corrupt)}
             else:
+                # The job protocol's `document`: what was extracted, for a URL job's record.
+                result["document"] = {
+                    "content_type": content_type.split(";")[0].strip().lower(),
+                    "size": len(content),
+                    "sha256": hashlib.sha256(content).hexdigest(),
+                }
                 self.state.keep_result(result_key, json.dumps(result).encode())
         config = self.state.config
         if error is None and self.state.chance(config.permanent_failure_rate):

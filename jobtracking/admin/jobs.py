@@ -141,6 +141,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
                     "content_type",
                     "file_size",
                     "file_sha256",
+                    "file_facts",
                     "source_url",
                     "upload_link",
                 ]
@@ -198,7 +199,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
             },
         ),
     ]
-    readonly_fields = [f.name for f in ExtractionJob._meta.fields] + ["upload_link"]
+    readonly_fields = [f.name for f in ExtractionJob._meta.fields] + ["file_facts", "upload_link"]
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: ExtractionJob) -> str:
@@ -223,6 +224,20 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
     @admin.display(description="error", ordering="error_code")
     def error(self, job: ExtractionJob):
         return format_html("<small>{}</small>", job.error_code) if job.error_code else "—"
+
+    @admin.display(description="type, size and digest")
+    def file_facts(self, job: ExtractionJob) -> str:
+        """Where the content type, size and SHA-256 above come from, or why they are not known."""
+        if job.upload:
+            return "Measured by the service as the upload was stored."
+        if job.file_sha256:
+            return "As the extractor reported the document it fetched from the URL."
+        if job.status_id == states.SUCCEEDED:
+            return (
+                f"Not known: the extractor ({job.extractor.get_adapter_display()}) does not "
+                "report the document it fetched from the URL."
+            )
+        return "Not known yet: a URL job learns them from the extractor when it succeeds."
 
     @admin.display(description="upload")
     def upload_link(self, job: ExtractionJob):

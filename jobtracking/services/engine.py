@@ -35,7 +35,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from extraction.clients.base import ExtractionOutput
+from extraction.clients.base import DocumentFacts, ExtractionOutput
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from jobtracking import states
@@ -522,6 +522,7 @@ class Result:
     model_version: str
     made_safe: list[str] = field(default_factory=list)
     original: bytes = field(default=b"", repr=False)
+    document: DocumentFacts | None = None
     body: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -539,7 +540,16 @@ class Result:
             safe_text(output.model_version),
             made_safe=made_safe,
             original=output.raw if made_safe else b"",
+            document=output.document,
         )
+
+
+def _learn_document(job: ExtractionJob, facts: DocumentFacts | None) -> None:
+    """A URL job records what was extracted, as the extractor reports it (an upload's facts
+    are the service's own, taken as it was stored, and stay)."""
+    if facts is None or not job.source_url or job.upload:
+        return
+    job.content_type, job.file_size, job.file_sha256 = facts.content_type, facts.size, facts.sha256
 
 
 def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: Result) -> Move:
@@ -548,6 +558,7 @@ def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: R
 
     def prepare(job: ExtractionJob) -> None:
         _record_poll(job, raw_status, 100, None)
+        _learn_document(job, result.document)
 
     return Move(
         job_id,

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from extraction.clients.base import ClientConfig, PollResult, RemoteStatus, SubmitRequest
+from extraction.clients.base import (
+    ClientConfig,
+    DocumentFacts,
+    PollResult,
+    RemoteStatus,
+    SubmitRequest,
+)
 from extraction.clients.http_async import HttpAsyncClient
 from extraction.errors import (
     ErrorCode,
@@ -643,3 +649,26 @@ def test_sandbox_serves_its_samples_over_http(sandbox):
 def test_sandbox_serves_nothing_but_its_samples(sandbox, path):
     answer = requests.get(f"{sandbox.url}{path}", timeout=5)
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        None,
+        "text/csv",
+        {"content_type": "text/csv", "size": 10},
+        {"content_type": "text/csv; charset=utf-8", "size": 10, "sha256": "a" * 64},
+        {"content_type": "text/csv", "size": -1, "sha256": "a" * 64},
+        {"content_type": "text/csv", "size": True, "sha256": "a" * 64},
+        {"content_type": "text/csv", "size": 10, "sha256": "A" * 64},
+        {"content_type": "text/csv", "size": 10, "sha256": "a" * 63 + "\x00"},
+        {"content_type": "x" * 200 + "/csv", "size": 10, "sha256": "a" * 64},
+    ],
+)
+def test_document_facts_are_read_only_when_each_is_what_it_claims(document):
+    assert DocumentFacts.read(document) is None
+
+
+def test_document_facts_read_a_wellformed_document():
+    facts = DocumentFacts.read({"content_type": "application/pdf", "size": 0, "sha256": "0" * 64})
+    assert facts == DocumentFacts("application/pdf", 0, "0" * 64)

@@ -108,6 +108,22 @@ def test_a_failed_jobs_page_says_whether_a_requeue_may_help(operator, client, co
     assert "Will a requeue help?" in html and advice in html
 
 
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"extractor__azure": True}, "Not known: the extractor (Azure AI Document Intelligence)"),
+        ({"file_sha256": "a" * 64, "file_size": 9}, "As the extractor reported the document"),
+    ],
+)
+def test_a_url_jobs_page_says_where_its_type_size_and_digest_come_from(
+    operator, client, fields, said
+):
+    job = ExtractionJobFactory(
+        succeeded=True, source_url="https://files.example.org/a.pdf", **fields
+    )
+    assert said in page(client, job)
+
+
 def test_a_requeued_job_shows_each_attempt_apart(operator, client, failed_job):
     client.post(f"{JOBS}{failed_job.pk}/requeue/", {"reason": "fixed"})
     timeline = page(client, failed_job).split('id="timeline"')[1]

@@ -88,6 +88,29 @@ def test_process_job_takes_each_sample_to_succeeded_with_its_text(
     assert sandbox.stats()["created_by_key"] == {f"{job.pk}:1": 1}
 
 
+def test_a_url_job_records_the_document_the_extractor_fetched(
+    sandbox, sandbox_extractor, httpserver, settings
+):
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    content = (SAMPLES / "budget.csv").read_bytes()
+    httpserver.expect_request("/files/budget.csv").respond_with_data(
+        content, content_type="text/csv; charset=utf-8"
+    )
+    new = NewJob(
+        extractor=sandbox_extractor,
+        file_id="url-budget",
+        source_url=httpserver.url_for("/files/budget.csv"),
+    )
+    job = job_create(new, actor=Actor("api"))
+    assert (job.content_type, job.file_size, job.file_sha256) == ("", None, "")
+
+    job = run_to_end(job)
+
+    assert job.status_id == states.SUCCEEDED
+    digest = hashlib.sha256(content).hexdigest()
+    assert (job.content_type, job.file_size, job.file_sha256) == ("text/csv", len(content), digest)
+
+
 def test_process_job_polls_no_sooner_than_retry_after(sandbox, sandbox_extractor):
     sandbox.configure(latency_min=1.2, latency_max=1.2, poll_retry_after=0.5)
     job = step(new_job(sandbox_extractor))
