@@ -222,8 +222,15 @@ LOGGING = {
         # django-q2 writes a line per task enqueued and run: noise in commands and `make run`,
         # and in production the engine logs each job's moves itself. Q_LOG_LEVEL=INFO shows them.
         "django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},
-        # The lockout app's start-up banner, printed by every manage.py command.
-        "axes.apps": {"level": "WARNING"},
+        # The lockout app: its start-up banner and four lines a login; lockouts are warnings.
+        "axes": {"level": "WARNING"},
+        # Each request is logged once, by the server's access line (runserver's here, through
+        # our handler and format: no colours; gunicorn's in production). Django would add a
+        # line per 4xx through its own console handler and ours; only its 5xx are kept, with
+        # their traceback.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.request": {"level": "ERROR"},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
 

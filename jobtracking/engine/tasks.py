@@ -382,7 +382,8 @@ def _submitted(job: ExtractionJob, call: Call, held_until: datetime | None) -> M
         if isinstance(error, PermanentExtractorError):
             return _fail(job, error, expected_from={states.SUBMITTING}, lease_token=token)
         submission = call.value
-        logger.info("submitted as %s (request %s)", submission.external_id, submission.request_id)
+        request = f" (request {submission.request_id})" if submission.request_id else ""
+        logger.info("submitted as %s%s", submission.external_id, request)
         return submitted_move(
             job.pk,
             lease_token=token,

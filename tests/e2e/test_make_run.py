@@ -8,8 +8,9 @@ import signal
 import socket
 
 import pytest
+import requests
 
-from tests.processes import free_port, manage, start_command, wait_until
+from tests.processes import answers, free_port, manage, start_command, stop, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -79,3 +80,34 @@ def test_the_last_start_up_line_repeats_the_admin_url_and_login(sqlite_env, tmp_
         os.killpg(stack.pid, signal.SIGINT)
         assert stack.wait(timeout=60) == 0
     assert "Stack stopped." in log.read_text()
+
+
+def test_the_web_server_logs_each_request_once_plainly(sqlite_env, tmp_path):
+    """`make run`'s web server: one access line a request, whatever its status; no colours, no
+    second or third line for a 4xx; an admin login adds no lockout app lines."""
+    assert manage("seed_demo", env=sqlite_env).returncode == 0  # the admin login below
+    port, log = free_port(), tmp_path / "web.log"
+    web = start_command("runserver", f"127.0.0.1:{port}", "--noreload", env=sqlite_env, log=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: answers(f"{base}/healthz"), 30, "the web server")
+        requests.get(f"{base}/api/v1/jobs/not-a-job-4xx/", timeout=5)  # 401: no token
+        admin = requests.Session()
+        login = f"{base}/admin/login/"
+        admin.get(login, timeout=5)
+        admin.post(
+            login,
+            {
+                "username": "admin",
+                "password": "make-run-pass",
+                "csrfmiddlewaretoken": admin.cookies["csrftoken"],
+            },
+            headers={"Referer": login},
+            timeout=5,
+        )
+    finally:
+        stop(web)
+    output = log.read_text()
+    assert output.count("/api/v1/jobs/not-a-job-4xx/") == 1, output
+    assert "\x1b[" not in output  # no terminal colours
+    assert "AXES" not in output
