@@ -42,6 +42,10 @@ from jobtracking.selectors import (
 # The charts' drawing area in SVG units (they scale to their column), the y-axis's labels on
 # its left, room above for the top tick's label and below for the time labels.
 CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH, CHART_TOP, CHART_BOTTOM = 600, 160, 40, 12, 22
+# A phone's column is about 350 px: a chart drawn 600 units wide would shrink its 12-unit labels
+# to 7 px there, so each chart is drawn a second time this wide, shown on narrow screens only
+# (dashboard.css), with half as many time labels.
+NARROW_CHART_WIDTH = 330
 TIME_LABEL_WIDTH = 40  # "23:59" in the labels' font: a label is drawn only where it fits
 REFRESH_SECONDS = 5
 LIVENESS_HISTORY = timedelta(days=1)
@@ -84,11 +88,21 @@ TIME_FORMATS = {"minute": "%H:%M", "hour": "%H:00"}
 
 
 def _chart(buckets: list[dict], *, unit: str, label_every: int) -> dict:
+    """The chart drawn for wide screens and for phones (`_drawing`)."""
+    return {
+        "wide": _drawing(buckets, unit=unit, label_every=label_every, width=CHART_WIDTH),
+        "narrow": _drawing(
+            buckets, unit=unit, label_every=label_every * 2, width=NARROW_CHART_WIDTH
+        ),
+    }
+
+
+def _drawing(buckets: list[dict], *, unit: str, label_every: int, width: int) -> dict:
     """Stacked bars (succeeded, not succeeded) per bucket with the jobs created as a line, on
-    a y-axis whose top is the busiest bucket. Buckets at round times (every `label_every`
-    minutes or hours) name their time below."""
+    a y-axis whose top is the busiest bucket, `width` units wide. Buckets at round times (every
+    `label_every` minutes or hours) name their time below."""
     peak = max(max(b["succeeded"] + b["not_succeeded"], b["created"]) for b in buckets) or 1
-    step = (CHART_WIDTH - AXIS_WIDTH) / len(buckets)
+    step = (width - AXIS_WIDTH) / len(buckets)
     gap = min(4, step / 4)
     bars = []
     for index, bucket in enumerate(buckets):
@@ -110,7 +124,7 @@ def _chart(buckets: list[dict], *, unit: str, label_every: int) -> dict:
                 "total_y": round(CHART_HEIGHT - ok_height - bad_height - 3, 1),
                 "created_y": round(CHART_HEIGHT * (1 - bucket["created"] / peak), 1),
                 "label": at.strftime(TIME_FORMATS[unit]),
-                "show_label": round_time and x + TIME_LABEL_WIDTH <= CHART_WIDTH,
+                "show_label": round_time and x + TIME_LABEL_WIDTH <= width,
                 "ok": ok,
                 "bad": bad,
                 "total": ok + bad,
@@ -121,7 +135,8 @@ def _chart(buckets: list[dict], *, unit: str, label_every: int) -> dict:
         "bars": bars,
         "ticks": _ticks(peak),
         "created_points": " ".join(f"{bar['middle']},{bar['created_y']}" for bar in bars),
-        "view_box": f"0 {-CHART_TOP} {CHART_WIDTH} {CHART_TOP + CHART_HEIGHT + CHART_BOTTOM}",
+        "view_box": f"0 {-CHART_TOP} {width} {CHART_TOP + CHART_HEIGHT + CHART_BOTTOM}",
+        "width": width,
     }
 
 
@@ -275,7 +290,6 @@ def dashboard_view(request):
         "rates": _rates(minutes),
         "per_hour": _chart(job_throughput(jobs, unit="hour", count=24), unit="hour", label_every=3),
         "axis_width": AXIS_WIDTH,
-        "chart_width": CHART_WIDTH,
         "chart_height": CHART_HEIGHT,
         "failures": list(
             ExtractionJob.objects.filter(completed_at__gte=now - timedelta(days=7))

@@ -38,7 +38,7 @@ def busy_hour(monkeypatch):
 
 def open_dashboard(page, url):
     page.goto(url)
-    page.wait_for_selector("#throughput")
+    page.wait_for_selector("#per-hour svg.chart:visible")  # the wide drawing or the phone's
     # Stop the refresh: each check reads one rendering of the body.
     page.evaluate("() => { for (let i = 1; i < 10000; i++) clearInterval(i); }")
 
@@ -94,7 +94,17 @@ def test_dashboard_uses_the_width_and_fits_a_phone(live_server, staff_page, monk
         == []
     )
     assert page.evaluate(LABELS_OUTSIDE) == []
+    # Its charts' labels are drawn at a size a phone's reader can read.
+    sizes = page.evaluate(LABEL_PIXELS)
+    assert sizes and min(sizes) >= 11, sizes
     page.screenshot(path=str(ARTIFACTS / "14-dashboard-phone.png"), full_page=True)
+
+
+# The rendered size, in CSS pixels, of each label of the charts shown.
+LABEL_PIXELS = """() => [...document.querySelectorAll('#dashboard svg.chart')]
+  .filter(svg => svg.getBoundingClientRect().width > 0)
+  .flatMap(svg => [...svg.querySelectorAll('text')].map(
+    t => t.getScreenCTM().a * parseFloat(getComputedStyle(t).fontSize)))"""
 
 
 def rgb(colour: str) -> tuple[int, ...]:
