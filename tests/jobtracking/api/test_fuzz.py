@@ -46,7 +46,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
             "--checks",
             CHECKS,
             # Examples per operation and phase (the coverage and stateful phases still walk
-            # every operation): 20 took 126 s of `make test`'s 12 minutes on two cores, 10 take 90.
+            # every operation); more cost `make test` time it does not have on two cores.
             "--max-examples",
             "10",
             "--seed",
