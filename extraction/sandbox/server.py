@@ -78,6 +78,18 @@ def control_headers() -> dict[str, str]:
     return {CONTROL_TOKEN_HEADER: control_token()}
 
 
+def extracted(content: bytes, file_name: str, content_type: str) -> dict:
+    """The result the sandbox serves: what `extract` found, and the job protocol's `document`
+    (what was extracted, which a URL job records)."""
+    result = extract(content, file_name, content_type)
+    result["document"] = {
+        "content_type": content_type.split(";")[0].strip().lower(),
+        "size": len(content),
+        "sha256": hashlib.sha256(content).hexdigest(),
+    }
+    return result
+
+
 # The job protocol's error code for a document the extractor could not fetch from its URL
 # (answered 422): the source's fault, not the extractor's (`ErrorCode.SOURCE_UNAVAILABLE`).
 SOURCE_UNAVAILABLE = "source_unavailable"
@@ -557,7 +569,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
         error = None
         if self.state.cached_result(result_key) is None:
             try:
-                result = extract(content, file_name, content_type)
+                result = extracted(content, file_name, content_type)
             except UnsupportedDocumentError as unsupported:
                 return self.send_error_json(415, "unsupported_media_type", str(unsupported))
             except DocumentTooLargeError as too_large:
@@ -565,12 +577,6 @@ class SandboxHandler(BaseHTTPRequestHandler):
             except CorruptDocumentError as corrupt:
                 error = {"code": "corrupt_document", "message": str(corrupt)}
             else:
-                # The job protocol's `document`: what was extracted, for a URL job's record.
-                result["document"] = {
-                    "content_type": content_type.split(";")[0].strip().lower(),
-                    "size": len(content),
-                    "sha256": hashlib.sha256(content).hexdigest(),
-                }
                 self.state.keep_result(result_key, json.dumps(result).encode())
         config = self.state.config
         if error is None and self.state.chance(config.permanent_failure_rate):

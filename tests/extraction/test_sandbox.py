@@ -27,6 +27,7 @@ from extraction.errors import (
     TransientExtractorError,
 )
 from extraction.sandbox import extract as extract_module
+from extraction.sandbox import server as server_module
 from extraction.sandbox.extract import CorruptDocumentError, Deadline, DocumentTooLargeError
 from extraction.sandbox.server import SandboxConfig, SandboxServer, control_headers
 from tests.processes import answers, free_port, start_command, stop, wait_until
@@ -522,7 +523,7 @@ def test_sandbox_forgets_a_job_after_its_retention(local_sandbox):
 
 def test_sandbox_keeps_results_within_its_byte_cap_oldest_first(local_sandbox):
     sizes = [
-        len(json.dumps(extract_module.extract((SAMPLES / name).read_bytes(), name, media)))
+        len(json.dumps(server_module.extracted((SAMPLES / name).read_bytes(), name, media)))
         for name, media in (("budget.csv", "text/csv"), ("grant-report.txt", "text/plain"))
     ]
     cap = max(sizes) + 100  # room for either result, not both
