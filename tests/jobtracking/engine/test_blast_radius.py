@@ -645,7 +645,7 @@ def pinned(examples: list, **others):
     return decorate
 
 
-@budget(default=30)
+@budget(default=20)
 @pinned(PINNED, position=1)
 @given(bad=BAD_EXTRACTORS, position=st.integers(min_value=0, max_value=len(ROLES)))
 def test_a_bad_extractor_answer_harms_only_its_own_job(
@@ -786,7 +786,7 @@ def expected_status(answer: Answer | Canned) -> int | None:
     return answer.status
 
 
-@budget(default=80)
+@budget(default=40)
 @pinned(
     [
         plain(200, b"ok\x00"),
