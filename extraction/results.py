@@ -7,6 +7,7 @@ A result is the extractor's word: readers are pure functions of it, where anythi
 expected shape is skipped (or read as empty), never an error, and sizes are bounded so that a
 hostile result cannot make a page or an answer huge."""
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -103,3 +104,16 @@ def text(value: Any) -> str:
 def confidence(value: Any) -> float | None:
     valid = isinstance(value, int | float) and not isinstance(value, bool)
     return float(value) if valid and 0 <= value <= 1 else None
+
+
+def key_value(pair: Any, page: Callable[[dict], int | None]) -> KeyValue | None:
+    """A `{key, value, confidence?}` pair, on the page `page` reads from it; None without a
+    key. Both protocols write pairs so; they differ in where the page is."""
+    if not isinstance(pair, dict) or not (key := text(pair.get("key"))):
+        return None
+    return KeyValue(
+        key=key,
+        value=text(pair.get("value")),
+        page=page(pair),
+        confidence=confidence(pair.get("confidence")),
+    )

@@ -4,6 +4,7 @@ the result's `content`."""
 
 from typing import Any
 
+from extraction import results
 from extraction.results import (
     MAX_COLUMNS,
     MAX_ROWS,
@@ -12,7 +13,6 @@ from extraction.results import (
     KeyValue,
     Page,
     Table,
-    confidence,
     document,
     listed,
     text,
@@ -45,13 +45,10 @@ def page_of(element: Any) -> int | None:
 
 
 def key_value(pair: Any) -> KeyValue | None:
-    if not isinstance(pair, dict) or not (key := text(pair.get("key"))):
-        return None
-    return KeyValue(
-        key=key,
-        value=text(pair.get("value")),
-        page=page_of(pair) or page_of(pair.get("key")) or page_of(pair.get("value")),
-        confidence=confidence(pair.get("confidence")),
+    """A pair on the page of its first bounding region, or of its key's or its value's."""
+    return results.key_value(
+        pair,
+        lambda found: page_of(found) or page_of(found.get("key")) or page_of(found.get("value")),
     )
 
 

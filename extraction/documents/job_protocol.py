@@ -4,6 +4,7 @@ confidence?}`, `tables[]` of `{page, caption?, rows}` (rows of cell texts) and `
 
 from typing import Any
 
+from extraction import results
 from extraction.results import (
     MAX_COLUMNS,
     MAX_ROWS,
@@ -12,7 +13,6 @@ from extraction.results import (
     KeyValue,
     Page,
     Table,
-    confidence,
     document,
     listed,
     text,
@@ -32,14 +32,7 @@ def read(payload: Any) -> Document:
 
 
 def key_value(pair: Any) -> KeyValue | None:
-    if not isinstance(pair, dict) or not (key := text(pair.get("key"))):
-        return None
-    return KeyValue(
-        key=key,
-        value=text(pair.get("value")),
-        page=whole(pair.get("page"), 1),
-        confidence=confidence(pair.get("confidence")),
-    )
+    return results.key_value(pair, lambda found: whole(found.get("page"), 1))
 
 
 def table(found: Any) -> Table | None:
