@@ -37,10 +37,11 @@ class DatabaseCollector:
         oldest_due = ExtractionJob.objects.filter(
             status__in=sorted(states.DISPATCHED), due_at__lte=now
         ).aggregate(oldest=Min("due_at"))["oldest"]
-        yield GaugeMetricFamily(
+        yield _age(
             "jobtracking_dispatcher_lag_seconds",
             "Now minus the oldest due_at among due active jobs (0 when none is due).",
-            value=(now - oldest_due).total_seconds() if oldest_due else 0.0,
+            now,
+            oldest_due,
         )
 
         transitions = GaugeMetricFamily(
@@ -68,10 +69,11 @@ class DatabaseCollector:
             .values_list("created_at", flat=True)
             .first()
         )
-        yield GaugeMetricFamily(
+        yield _age(
             "jobtracking_webhook_oldest_pending_seconds",
             "Age of the oldest pending webhook delivery (0 when none is pending).",
-            value=(now - oldest_pending).total_seconds() if oldest_pending else 0.0,
+            now,
+            oldest_pending,
         )
 
         circuits = GaugeMetricFamily(
@@ -96,3 +98,10 @@ class DatabaseCollector:
         for beat in ServiceHeartbeat.objects.all():
             ages.add_metric([beat.name, beat.kind], (now - beat.beat_at).total_seconds())
         yield ages
+
+
+def _age(name: str, documentation: str, now, since) -> GaugeMetricFamily:
+    """A gauge of the seconds from `since` to now; 0 when there is no `since`."""
+    return GaugeMetricFamily(
+        name, documentation, value=(now - since).total_seconds() if since else 0.0
+    )

@@ -81,11 +81,13 @@ class Outcome(NamedTuple):
     unsendable: bool = False
 
 
-def subscription_secret(subscription: WebhookSubscription) -> str:
-    """`whsec_<base64 key>`, as Standard Webhooks libraries expect."""
+def subscription_secret(subscription: WebhookSubscription, version: int | None = None) -> str:
+    """`whsec_<base64 key>`, as Standard Webhooks libraries expect: of the subscription's
+    current `secret_version`, or of `version`."""
+    version = subscription.secret_version if version is None else version
     key = hmac.new(
         (settings.WEBHOOK_SIGNING_KEY or settings.SECRET_KEY).encode(),
-        f"webhook:{subscription.pk}:{subscription.secret_version}".encode(),
+        f"webhook:{subscription.pk}:{version}".encode(),
         hashlib.sha256,
     ).digest()
     return "whsec_" + base64.b64encode(key).decode()
@@ -100,10 +102,7 @@ def subscription_secrets(subscription: WebhookSubscription, now=None) -> list[st
     rotated_at, now = subscription.secret_rotated_at, now or timezone.now()
     grace = timedelta(hours=settings.WEBHOOK_SECRET_GRACE_HOURS)
     if rotated_at is not None and subscription.secret_version > 1 and now < rotated_at + grace:
-        previous = WebhookSubscription(
-            pk=subscription.pk, secret_version=subscription.secret_version - 1
-        )
-        secrets.append(subscription_secret(previous))
+        secrets.append(subscription_secret(subscription, subscription.secret_version - 1))
     return secrets
 
 
