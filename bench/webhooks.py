@@ -236,9 +236,18 @@ def report(run: dict, round_: int) -> None:
         )
 
 
+def ratios(runs: list[dict]) -> dict[str, float]:
+    """Each row's median rate over the no-subscription row's."""
+    by_label = {label: [run for run in runs if run["label"] == label] for label, _ in ROWS}
+    medians = {
+        label: statistics.median(run["rate"] for run in rows) for label, rows in by_label.items()
+    }
+    return {label: rate / medians[ROWS[0][0]] for label, rate in medians.items()}
+
+
 def table(runs: list[dict]) -> None:
     by_label = {label: [run for run in runs if run["label"] == label] for label, _ in ROWS}
-    base = statistics.median(run["rate"] for run in by_label[ROWS[0][0]])
+    versus = ratios(runs)
     print(
         "\n| webhooks | runs | jobs | jobs/s (median) | vs no subscription | delivered/s "
         "(median) | oldest pending at end (max) | broker at end / peak (max) | drain (max) |"
@@ -261,14 +270,14 @@ def table(runs: list[dict]) -> None:
         broker = max(run["broker"] for run in rows)
         peak = max(run["broker_peak"] for run in rows)
         print(
-            f"| {label} | {count} | {JOBS:,} | {rate:.1f} | {rate / base:.2f}x | {delivered} "
+            f"| {label} | {count} | {JOBS:,} | {rate:.1f} | {versus[label]:.2f}x | {delivered} "
             f"| {lag} | {broker:,} / {peak:,} | {drain} |"
         )
     print("(target: >= 0.90x each; a drain ending in + did not finish within its limit)")
 
 
-def webhook_rows(monitor: Monitor, files: str) -> None:
-    """The rows, printed run by run and then as a table."""
+def webhook_rows(monitor: Monitor, files: str) -> dict[str, float]:
+    """The rows, printed run by run and then as a table; returns their ratios."""
     runs: list[dict] = []
     limit = float(TIMEOUT) if TIMEOUT else 600.0
     for round_ in range(1, ROUNDS + 1):
@@ -278,6 +287,7 @@ def webhook_rows(monitor: Monitor, files: str) -> None:
             if not TIMEOUT and len(runs) == 1:
                 limit = max(30.0, 3 * runs[0]["wall_s"])
     table(runs)
+    return ratios(runs)
 
 
 def main() -> None:

@@ -253,6 +253,9 @@ JOBS_DISPATCH_GATHER_SECONDS = float(os.environ.get("JOBS_DISPATCH_GATHER_SECOND
 # The dispatcher claims no more jobs while this many tasks for each live worker wait in the
 # broker (the clusters say how many workers they have).
 JOBS_DISPATCH_QUEUED_PER_WORKER = int(os.environ.get("JOBS_DISPATCH_QUEUED_PER_WORKER", "2"))
+# Batches in their transactions at once on one machine, whatever its workers and clusters (0:
+# the cores the process may use; see jobtracking.infra.compute_slots).
+JOBS_COMPUTE_SLOTS = int(os.environ.get("JOBS_COMPUTE_SLOTS", "0"))
 # Jobs of one extractor per task; the task makes all their extractor calls at once.
 JOBS_TASK_BATCH_SIZE = int(os.environ.get("JOBS_TASK_BATCH_SIZE", "25"))
 # Kept-alive connections to each extractor per worker process: a batch's calls all go at once.

@@ -41,6 +41,7 @@ from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking import states
 from jobtracking.engine.schedule import next_delay
 from jobtracking.errors import JobMovedOnError
+from jobtracking.infra.compute_slots import compute_slot
 from jobtracking.infra.logs import job_log_context
 from jobtracking.infra.storable import TooDeepError, safe_text, text_problem
 from jobtracking.models import ExtractionJob, ExtractorHealth
@@ -141,7 +142,9 @@ def process_jobs(job_ids: list[str]) -> None:
     poll it (and fetch its result), or time it out. Acts only on the jobs whose claim this copy
     of the task wins."""
     clock = time.perf_counter()
-    started = _start(job_ids)
+    # The transactions hold the machine's compute slots; the extractor calls never do.
+    with compute_slot():
+        started = _start(job_ids)
     planned = started.submits + started.polls
     if not planned:
         # Claims taken by another copy, or every job timed out, deferred or left to its lease.
@@ -161,23 +164,24 @@ def process_jobs(job_ids: list[str]) -> None:
     calls = [(_submit_origin(job), job, call) for job, call in submitted]
     calls += [(str(job.pk), job, call) for job, call in polled]
     calls += [(str(job.pk), job, fetched[job.pk]) for job, _ in polled if job.pk in fetched]
-    holding = _report_to_circuits(calls, started.health)
-    for job, call in submitted:
-        moves.append(_one(job, _submitted, job, call, holding.get(job.extractor_id)))
-    for job, call in polled:
-        move, result = _one(
-            job, _polled, job, call, fetched.get(job.pk), holding.get(job.extractor_id)
-        )
-        moves.append(move)
-        if result is not None:
-            results[job.pk] = result
     timings.append(time.perf_counter() - clock - timings[0])
-    jobs = {p.job.pk: p.job for p in planned}
-    outcome = jobs_record(
-        moves=moves,
-        results=results,
-        unrecordable=lambda move, error: _unrecordable(jobs[move.job_id], move, error),
-    )
+    with compute_slot():
+        holding = _report_to_circuits(calls, started.health)
+        for job, call in submitted:
+            moves.append(_one(job, _submitted, job, call, holding.get(job.extractor_id)))
+        for job, call in polled:
+            move, result = _one(
+                job, _polled, job, call, fetched.get(job.pk), holding.get(job.extractor_id)
+            )
+            moves.append(move)
+            if result is not None:
+                results[job.pk] = result
+        jobs = {p.job.pk: p.job for p in planned}
+        outcome = jobs_record(
+            moves=moves,
+            results=results,
+            unrecordable=lambda move, error: _unrecordable(jobs[move.job_id], move, error),
+        )
     try:
         _cancel_dropped_submissions(started.submits, outcome.refused, submits)
     except Exception:

@@ -30,6 +30,11 @@ LANE_RESTARTS = Counter(
     "jobtracking_delivery_lane_restarts_total",
     "Delivery lane processes a dispatcher started again after they ended unasked.",
 )
+COMPUTE_SLOT_WAIT = Counter(
+    "jobtracking_compute_slot_wait_seconds_total",
+    "Seconds batches waited for one of the machine's compute slots (all were taken: the machine "
+    "has more workers than cores to run them).",
+)
 
 
 def render(*collectors: Collector) -> bytes:
@@ -47,6 +52,7 @@ def render(*collectors: Collector) -> bytes:
             LOOP_ERRORS,
             DELIVERY_ERRORS,
             LANE_RESTARTS,
+            COMPUTE_SLOT_WAIT,
         ):
             registry.register(metric)
     return generate_latest(registry)
