@@ -24,7 +24,7 @@ install: $(INSTALLED)
 
 test: install
 	.ci/ensure_chromium.sh
-	.ci/with_postgres.sh $(PY) -m pytest $(PYTEST_ARGS)
+	.ci/test.sh $(PY) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

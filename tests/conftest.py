@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import requests
 from django.core.cache import cache
@@ -6,6 +8,17 @@ from extraction.sandbox.server import control_headers
 from jobtracking.services import Actor
 from tests.factories import ExtractorFactory, UserFactory
 from tests.processes import answers, free_port, start_command, stop, wait_until
+
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under tests/e2e starts real processes: marked e2e, `make test` runs them beside
+    the rest (.ci/test.sh)."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True)
