@@ -41,8 +41,10 @@ def collapsed_totals(path: Path) -> tuple[Counter, int]:
         stack, _, count = line.rpartition(" ")
         samples = int(count)
         total += samples
-        frames = {frame.split(" (")[0] + " " + frame.rpartition("/")[2].split(":")[0]
-                  for frame in stack.split(";")[1:]}
+        frames = {
+            frame.split(" (")[0] + " " + frame.rpartition("/")[2].split(":")[0]
+            for frame in stack.split(";")[1:]
+        }
         for frame in frames:
             inclusive[frame] += samples
     return inclusive, total
@@ -63,9 +65,22 @@ def main() -> None:
         extractor = new_extractor(stack.sandbox_url)
         cluster = stack.clusters[0]
         recorder = subprocess.Popen(
-            [spy, "record", "--pid", str(cluster.pid), "--subprocesses", "--rate", str(RATE),
-             "--format", "raw", "--output", str(out), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                spy,
+                "record",
+                "--pid",
+                str(cluster.pid),
+                "--subprocesses",
+                "--rate",
+                str(RATE),
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(2)
         before = tree_cpu_seconds(stack.clusters)

@@ -189,3 +189,20 @@ def test_submit_to_http_async_sends_multipart_key_and_idempotency_key(httpserver
 )
 def test_parse_retry_after(headers, expected):
     assert parse_retry_after(headers) == expected
+
+
+def test_credentials_in_a_netrc_never_reach_the_extractor(httpserver, tmp_path, monkeypatch):
+    """requests would put the ~/.netrc entry for the host in place of the key our headers carry,
+    on every request that has no auth of its own."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine localhost login someone password their-other-secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    seen = []
+    httpserver.expect_request("/v1/extractions/abc").respond_with_handler(
+        lambda request: seen.append(request.headers.get("Authorization")) or Response("{}")
+    )
+
+    make(HttpAsyncClient, httpserver.url_for("/")).poll(poll_url(httpserver))
+
+    assert seen == [f"Bearer {SECRET}"]
