@@ -10,17 +10,17 @@ the kernel's listen-queue counters over the run (`TcpExt` ListenOverflows, Liste
 TCPSynRetrans from /proc/net/netstat: system-wide, so anything else on the machine counts too).
 The floor is measured in the same run: no-op django-q2 tasks through the same cluster settings.
 
-The scaling table runs 2, 4 and 8 workers (one cluster, one dispatcher), two clusters of two
-workers with two dispatchers, and 8 workers with a compute slot each (the A/B of
-`jobtracking.infra.compute_slots`: as before the slots), alternating: each round runs the four in that order, each on a fresh
-stack, and per row it prints the median jobs/s, every run's, and the median as a ratio of the
-2-worker row's (the main run's row beside it, as a ratio of the same). After the throughput rounds
-come the fairness rounds, the same four stack settings in the same order (one round by default):
-`bench.fairness`'s run, smaller, where client A bulk-creates a backlog and one second later client
-B creates single jobs one after another; the row shows B's p95 from creation to `submitting`
-(the median over the fairness rounds). Then the webhook rows (`bench.webhooks`): runs with a
-healthy and with a hanging webhook receiver, against runs with no subscription in the same
-sitting. Then the busy machine: the scaling runs and the webhook rows again, beside one
+The scaling table runs 2, 4 and 8 workers (one cluster, one dispatcher), two clusters of two workers
+with two dispatchers, and 8 workers with a compute slot each (the A/B of
+`jobtracking.infra.compute_slots`: as before the slots), alternating: each round runs the five in
+that order, each on a fresh stack, and per row it prints the median jobs/s, every run's, and the
+median as a ratio of the 2-worker row's (the main run's row beside it, as a ratio of the same).
+After the throughput rounds come the fairness rounds, the same five stack settings in the same order
+(one round by default): `bench.fairness`'s run, smaller, where client A bulk-creates a backlog and
+one second later client B creates single jobs one after another; the row shows B's p95 from creation
+to `submitting` (the median over the fairness rounds). Then the webhook rows (`bench.webhooks`):
+runs with a healthy and with a hanging webhook receiver, against runs with no subscription in the
+same sitting. Then the busy machine: the scaling runs and the webhook rows again, beside one
 CPU-bound process of the benchmark's own; a last table puts both sittings' ratios side by side.
 
     BENCH_E2E_JOBS (10,000)       jobs in the main run (2 workers)

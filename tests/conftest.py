@@ -9,7 +9,6 @@ from jobtracking.services import Actor
 from tests.factories import ExtractorFactory, UserFactory
 from tests.processes import answers, free_port, start_command, stop, wait_until
 
-
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
