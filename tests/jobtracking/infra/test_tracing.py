@@ -104,9 +104,11 @@ def test_the_sampler_drops_client_spans_without_a_parent_only():
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("SELECT", kind=trace.SpanKind.CLIENT):
         pass
-    with tracer.start_as_current_span("jobs.process"):
-        with tracer.start_as_current_span("UPDATE", kind=trace.SpanKind.CLIENT):
-            pass
+    with (
+        tracer.start_as_current_span("jobs.process"),
+        tracer.start_as_current_span("UPDATE", kind=trace.SpanKind.CLIENT),
+    ):
+        pass
     assert [span.name for span in exporter.get_finished_spans()] == ["UPDATE", "jobs.process"]
 
 
