@@ -57,9 +57,11 @@ def configure_from_environment() -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
 
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the default name;
+    # OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES name the service, else our default does;
     # OTEL_TRACES_SAMPLER(_ARG) choose the sampler, as the SDK reads them when given none.
-    resource = Resource.create({"service.name": SERVICE_NAME})
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
     sampler = _NoOrphanClientSpans(_get_from_env_or_default())
     provider = TracerProvider(resource=resource, sampler=sampler)
     for exporter in _exporters():
