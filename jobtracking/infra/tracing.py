@@ -146,6 +146,16 @@ def disable() -> None:
         instrumentor.uninstrument()
 
 
+def untraced():
+    """A block whose SQL statements and HTTP calls make no span (the instrumentations' own
+    switch): for loops whose rounds follow no request and no job."""
+    if _tracer is None:
+        return contextlib.nullcontext()
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    return suppress_instrumentation()
+
+
 def current_traceparent() -> str:
     """The W3C `traceparent` of the current span ("" when tracing is off or no span is on)."""
     if _tracer is None:

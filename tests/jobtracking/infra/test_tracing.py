@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -151,3 +152,12 @@ def test_log_lines_outside_a_job_carry_the_current_span(spans):
     assert entry["span_id"] == trace.format_span_id(context.span_id)
     entry, plain = _formatted("idle")
     assert "trace_id" not in entry and plain == "idle"
+
+
+def test_untraced_blocks_make_no_instrumented_spans(spans, httpserver):
+    httpserver.expect_request("/ping").respond_with_data("pong")
+    with tracing.span("dispatcher round"):
+        requests.get(httpserver.url_for("/ping"), timeout=5)
+        with tracing.untraced():
+            requests.get(httpserver.url_for("/ping"), timeout=5)
+    assert [span.name for span in spans.get_finished_spans()] == ["GET", "dispatcher round"]
