@@ -223,7 +223,7 @@ def link_jobs(jobs: Iterable) -> None:
             current.add_link(trace.get_current_span(context).get_span_context())
 
 
-def job_span(job, step: str, **attributes: Any):
+def job_span(job, step: str):
     """The span of one step of a job's life (submit, poll, fetch_result, cancel…), in the job's
     trace, with the attributes an operator filters by."""
     if _tracer is None:
@@ -235,7 +235,6 @@ def job_span(job, step: str, **attributes: Any):
             "job.id": str(job.pk),
             "job.attempt": job.attempt,
             "job.extractor": job.extractor.slug,
-            **attributes,
         },
     )
 
