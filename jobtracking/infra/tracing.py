@@ -58,7 +58,8 @@ def configure_from_environment() -> bool:
     from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
 
     # OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES name the service, else our default does;
-    # OTEL_TRACES_SAMPLER(_ARG) choose the sampler, as the SDK reads them when given none.
+    # OTEL_TRACES_SAMPLER(_ARG) choose the sampler: the SDK's own reading of them (a private
+    # function, but the one rule; a copy here would drift from it), wrapped.
     resource = Resource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
