@@ -10,7 +10,11 @@ class JobtrackingConfig(AppConfig):
     verbose_name = "Job tracking"
 
     def ready(self) -> None:
+        from jobtracking.infra.tracing import configure_from_environment
         from jobtracking.services.subscriptions import subscriptions_end_with_their_creator
+
+        # Before any request is served: Django's instrumentation adds its middleware.
+        configure_from_environment()
 
         pre_delete.connect(
             subscriptions_end_with_their_creator,

@@ -207,6 +207,9 @@ class ExtractionJob(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     # SHA-256 of the creating request, to tell a replay from a reuse of the key.
     request_fingerprint = models.CharField(max_length=64, blank=True)
+    # The W3C trace context of the span that created the job ("" with tracing off): every
+    # later step of the job is a span of that trace (`jobtracking.infra.tracing`).
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     attempt = models.PositiveIntegerField(default=1)
     submit_attempts = models.PositiveIntegerField(default=0)

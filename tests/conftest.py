@@ -143,3 +143,21 @@ def sandbox(sandbox_process):
     sandbox_process.configure(**SANDBOX_DEFAULTS)
     sandbox_process.reset()
     return sandbox_process
+
+
+@pytest.fixture
+def spans():
+    """Tracing on for the test, its spans kept in memory (the SDK's own exporter), finished
+    spans exported at once."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from jobtracking.infra import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.enable(provider)
+    yield exporter
+    tracing.disable()

@@ -481,12 +481,17 @@ class SandboxHandler(BaseHTTPRequestHandler):
         self.send_json(200, {"down_for": self.state.outage(seconds)})
 
     def receive_webhook(self) -> None:
-        """A demo webhook receiver: keeps the last deliveries it got (headers and body)."""
+        """A demo webhook receiver: keeps the last deliveries it got (their Standard Webhooks
+        headers, the W3C trace context they joined, and the body)."""
         body = self.read_body(MAX_WEBHOOK_BYTES)
         if body is None:
             return
         entry = {
-            "headers": {k: v for k, v in self.headers.items() if k.lower().startswith("webhook-")},
+            "headers": {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower().startswith("webhook-") or k.lower() == "traceparent"
+            },
             "body": body.decode("utf-8", "replace"),
         }
         with self.state.lock:

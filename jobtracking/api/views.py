@@ -418,11 +418,20 @@ class StatsView(StrictQueryParameters, APIView):
         responses={200: StatsSerializer},
     )
     def get(self, request):
-        raw = request.query_params.get("window_hours", "24")
-        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 720:
-            raise JobValidationError({"window_hours": "An integer from 1 to 720."})
-        stats = job_stats(jobs=job_list(user=request.user), window=timedelta(hours=int(raw)))
-        return Response(StatsSerializer(stats).data)
+        window = stats_window(request.query_params.get("window_hours", "24"))
+        return Response(stats_answer(job_list(user=request.user), window))
+
+
+def stats_window(raw: str) -> timedelta:
+    """The stats' window from its `window_hours` (the API's parameter, `job_stats`' option)."""
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 720:
+        raise JobValidationError({"window_hours": "An integer from 1 to 720."})
+    return timedelta(hours=int(raw))
+
+
+def stats_answer(jobs, window: timedelta) -> dict:
+    """What `GET /stats/` answers about `jobs` (`manage.py job_stats` prints the same)."""
+    return StatsSerializer(job_stats(jobs=jobs, window=window)).data
 
 
 class HealthzView(APIView):

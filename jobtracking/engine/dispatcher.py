@@ -30,6 +30,7 @@ from django_q.brokers import get_broker
 
 from jobtracking import states
 from jobtracking.engine.delivery_lane import DeliveryLane, backoff, deliveries_send_due
+from jobtracking.infra import tracing
 from jobtracking.infra.metrics import LANE_RESTARTS, LOOP_ERRORS
 from jobtracking.infra.queue import enqueue_batch
 from jobtracking.infra.wakeup import Listener
@@ -174,8 +175,10 @@ class Dispatcher:
         failures = 0
         while not self.stopping:
             try:
-                self.keep_lane()
-                claimed = self.tick()
+                # Its rounds follow no request and no job: their SQL makes no span.
+                with tracing.untraced():
+                    self.keep_lane()
+                    claimed = self.tick()
                 if self.held_back:
                     # Due work waits for room in the broker: look again as soon as a worker
                     # could have taken a task.

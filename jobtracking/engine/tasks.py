@@ -41,6 +41,7 @@ from extraction.urlsafety import UnsafeURLError, check_public_url
 from jobtracking import states
 from jobtracking.engine.schedule import next_delay
 from jobtracking.errors import JobMovedOnError
+from jobtracking.infra import tracing
 from jobtracking.infra.compute_slots import compute_slot
 from jobtracking.infra.logs import job_log_context
 from jobtracking.infra.storable import TooDeepError, safe_text, text_problem
@@ -80,12 +81,21 @@ class Call:
     error: ExtractorError | OSError | None = None
 
 
-def _call_at(at: datetime, action: Callable[[], Any]) -> Call:
-    """Wait for the call's rate slot, then make it. Whatever goes wrong in it is this call's
-    outcome, never its batch's: an exception we did not expect is an answer we cannot use."""
+def _call_at(at: datetime, action: Callable[[], Any], job: ExtractionJob, step: str) -> Call:
+    """Wait for the call's rate slot, then make it, as the span of this step of the job's
+    life (its HTTP call carries the span's traceparent). Whatever goes wrong in it is this
+    call's outcome, never its batch's: an exception we did not expect is an answer we cannot
+    use."""
     wait = (at - timezone.now()).total_seconds()
     if wait > 0:
         time.sleep(wait)
+    with tracing.job_span(job, step) as span:
+        call = _call(action)
+        tracing.record_outcome(span, *_outcome(call))
+    return call
+
+
+def _call(action: Callable[[], Any]) -> Call:
     try:
         return Call(value=_storable_answer(action()))
     except ExtractorError as error:
@@ -95,6 +105,22 @@ def _call_at(at: datetime, action: Callable[[], Any]) -> Call:
     except Exception as error:
         logger.exception("extractor call failed unexpectedly")
         return Call(error=_invalid_answer(f"{type(error).__name__} while reading its answer"))
+
+
+def _outcome(call: Call) -> tuple[str, str]:
+    """A call's outcome for its span: the extractor's answer, and the error code it gives the
+    job, if any."""
+    error, value = call.error, call.value
+    if isinstance(error, PermanentExtractorError):
+        return "failed", error.code
+    if isinstance(error, TransientExtractorError):
+        return "transient_error", ""
+    if isinstance(error, OSError):
+        return "failed", ErrorCode.SOURCE_UNAVAILABLE
+    if isinstance(value, PollResult):
+        failed = value.status is RemoteStatus.FAILED
+        return str(value.status), ErrorCode.EXTRACTION_FAILED if failed else ""
+    return "accepted" if isinstance(value, Submission) else "ok", ""
 
 
 def _invalid_answer(why: str) -> PermanentExtractorError:
@@ -140,12 +166,21 @@ def _storable_error(error: ExtractorError) -> ExtractorError:
 def process_jobs(job_ids: list[str]) -> None:
     """Do whatever each job of the batch needs next: submit it (again, after an expired lease),
     poll it (and fetch its result), or time it out. Acts only on the jobs whose claim this copy
-    of the task wins."""
+    of the task wins.
+
+    Traced as a span of its own trace, linked to each job's trace (jobs of many clients' requests
+    share a batch: no one of them is its parent); each job's steps are spans of the job's trace."""
+    with tracing.span("jobs.process", attributes={"jobs.count": len(job_ids)}):
+        _process_jobs(job_ids)
+
+
+def _process_jobs(job_ids: list[str]) -> None:
     clock = time.perf_counter()
     # The transactions hold the machine's compute slots; the extractor calls never do.
     with compute_slot():
         started = _start(job_ids)
     planned = started.submits + started.polls
+    tracing.link_jobs(p.job for p in planned)
     if not planned:
         # Claims taken by another copy, or every job timed out, deferred or left to its lease.
         logger.info("batch of %d: no extractor call to make", len(job_ids))
@@ -153,9 +188,12 @@ def process_jobs(job_ids: list[str]) -> None:
     timings = [time.perf_counter() - clock]
     moves, results = [], {}
     pool = _call_pool()
-    submits = [pool.submit(_call_at, p.at, lambda job=p.job: _submit(job)) for p in started.submits]
+    submits = [
+        pool.submit(_call_at, p.at, lambda job=p.job: _submit(job), p.job, "submit")
+        for p in started.submits
+    ]
     polls = [
-        pool.submit(_call_at, p.at, lambda job=p.job: _client(job).poll(job.external_url))
+        pool.submit(_call_at, p.at, lambda job=p.job: _poll(job), p.job, "poll")
         for p in started.polls
     ]
     submitted = [(p.job, call.result()) for p, call in zip(started.submits, submits, strict=True)]
@@ -320,6 +358,10 @@ def _client(job: ExtractionJob) -> ExtractorClient:
     return get_client(job.extractor)
 
 
+def _poll(job: ExtractionJob) -> PollResult:
+    return _client(job).poll(job.external_url)
+
+
 def _submit_request(job: ExtractionJob) -> SubmitRequest:
     content = None
     if not job.source_url:
@@ -413,7 +455,13 @@ def _fetch_results(pool: ThreadPoolExecutor, polled: list[tuple[ExtractionJob, C
         return {}
     slots = reserve_fetch_slots(done[0].extractor, len(done))
     calls = [
-        pool.submit(_call_at, at, lambda job=job: _client(job).fetch_result(job.external_url))
+        pool.submit(
+            _call_at,
+            at,
+            lambda job=job: _client(job).fetch_result(job.external_url),
+            job,
+            "fetch_result",
+        )
         for job, at in zip(done, slots, strict=True)
     ]
     return {job.pk: call.result() for job, call in zip(done, calls, strict=True)}
@@ -530,14 +578,18 @@ def _cancel_dropped_submissions(
     ended = ExtractionJob.objects.filter(pk__in=accepted, status__in=states.TERMINAL)
     for job in ended.select_related("extractor"):
         logger.info("job %s moved on during submission (%s)", job.pk, refused[job.pk].message)
-        _cancel_quietly(_client(job), accepted[job.pk], job.pk)
+        _cancel_quietly(job, accepted[job.pk])
 
 
-def _cancel_quietly(client: ExtractorClient, poll_url: str, job_id) -> None:
-    try:
-        client.cancel(poll_url)
-    except ExtractorError as error:
-        logger.warning("job %s: cancel at the extractor failed: %s", job_id, error.message)
+def _cancel_quietly(job: ExtractionJob, poll_url: str) -> None:
+    with tracing.job_span(job, "cancel") as span:
+        try:
+            _client(job).cancel(poll_url)
+        except ExtractorError as error:
+            logger.warning("job %s: cancel at the extractor failed: %s", job.pk, error.message)
+            tracing.record_outcome(span, "cancel_failed")
+        else:
+            tracing.record_outcome(span, "cancelled")
 
 
 def _ignore_moved_on(service, **kwargs):
@@ -554,7 +606,7 @@ def cancel_at_extractor(job_id: str) -> None:
     if job is None or not job.external_url or not job.is_terminal:
         return
     with job_log_context(job, "cancel_at_extractor"):
-        _cancel_quietly(get_client(job.extractor), job.external_url, job.pk)
+        _cancel_quietly(job, job.external_url)
 
 
 def reap_stuck_jobs() -> dict[str, int]:

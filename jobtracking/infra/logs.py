@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from jobtracking.infra import tracing
+
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "job_log_context", default=None
 )
-CONTEXT_FIELDS = ("job_id", "attempt", "extractor", "event")
+CONTEXT_FIELDS = ("job_id", "attempt", "extractor", "event", "trace_id", "span_id")
 
 
 @contextlib.contextmanager
@@ -25,17 +27,32 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 
 def job_log_context(job, event: str):
+    """The job's fields, with its trace (the span that created it: searching the trace id finds
+    every line about the job, whichever process wrote it)."""
+    ids = tracing.trace_ids(job.traceparent)
+    traced = {"trace_id": ids[0], "span_id": ids[1]} if ids else {}
     return log_context(
-        job_id=str(job.pk), attempt=job.attempt, extractor=job.extractor.slug, event=event
+        job_id=str(job.pk),
+        attempt=job.attempt,
+        extractor=job.extractor.slug,
+        event=event,
+        **traced,
     )
 
 
 class JobContextFilter(logging.Filter):
+    """Each line's job fields, and its trace: the job's, or else the current span's."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         context = _context.get() or {}
+        if "trace_id" not in context and (ids := tracing.current_ids()):
+            context = {**context, "trace_id": ids[0], "span_id": ids[1]}
         for name in CONTEXT_FIELDS:
             setattr(record, name, context.get(name))
         shown = " ".join(str(context[name]) for name in ("job_id", "event") if name in context)
+        if "trace_id" in context:
+            shown += f" trace_id={context['trace_id']} span_id={context['span_id']}"
+        shown = shown.strip()
         record.job_prefix = f"[{shown}] " if shown else ""
         return True
 

@@ -27,6 +27,7 @@ from jobtracking.errors import (
     JobValidationError,
 )
 from jobtracking.events import job_event_payload
+from jobtracking.infra import tracing
 from jobtracking.infra.files import (
     DigestingFile,
     file_name_from_url,
@@ -218,7 +219,20 @@ def job_create_many(
     error; the others are created. The dispatcher picks the new jobs up (they are due now) at
     once. Items without a priority get `default_priority`. The jobs belong to `batch` if given
     (the caller checked that it is open: `services.batches`)."""
+    with tracing.span("jobs.create", attributes={"jobs.requested": len(items)}) as span:
+        outcomes = _create_many(items, actor, reason, default_priority, batch)
+        if span.is_recording():
+            created = [str(outcome.job.pk) for outcome in outcomes if outcome.job is not None]
+            span.set_attribute("jobs.created", len(created))
+            if len(created) == 1:
+                span.set_attribute("job.id", created[0])
+    return outcomes
+
+
+def _create_many(items, actor, reason, default_priority, batch) -> list[BulkOutcome]:
     now = timezone.now()
+    # The trace every later step of these jobs joins: the create span's.
+    traceparent = tracing.current_traceparent()
     keys = [(new.extractor.pk, new.file_id) for new in items]
     # On PostgreSQL the insert itself leaves out a job whose file an active job holds (its
     # ON CONFLICT, on the unique index it updates anyway); elsewhere they are looked for first.
@@ -227,7 +241,14 @@ def job_create_many(
         items,
         keys,
         holders,
-        lambda new: _new_job(new, actor=actor, now=now, priority=default_priority, batch=batch),
+        lambda new: _new_job(
+            new,
+            actor=actor,
+            now=now,
+            priority=default_priority,
+            batch=batch,
+            traceparent=traceparent,
+        ),
     )
     uploads = [
         (index, job, items[index].upload) for index, job in first.values() if items[index].upload
@@ -320,7 +341,13 @@ def _held_meanwhile(extractor: Extractor, file_id: str) -> ActiveJobExistsError:
 
 
 def _new_job(
-    new: NewJob, *, actor: Actor, now, priority: Priority, batch: Batch | None = None
+    new: NewJob,
+    *,
+    actor: Actor,
+    now,
+    priority: Priority,
+    batch: Batch | None = None,
+    traceparent: str = "",
 ) -> ExtractionJob:
     """A new job, `pending` and due now, with the extractor and requester its representation
     and events read already attached (its upload is stored later, `_uploads_stored`)."""
@@ -338,6 +365,7 @@ def _new_job(
         created_at=now,
         due_at=now,
         deadline_at=now + new.extractor.max_duration,
+        traceparent=traceparent,
         **values,
     )
     # As `job.extractor = extractor` leaves them, without its checks (a bulk create's 500).

@@ -15,10 +15,11 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import InterfaceError, OperationalError, connection, models, transaction
-from django.db.models import Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from jobtracking.infra import tracing
 from jobtracking.infra.metrics import DELIVERY_ERRORS
 from jobtracking.infra.rows import (
     columns,
@@ -164,10 +165,18 @@ def _pending_delivery(now, **relations) -> WebhookDelivery:
     return instance(WebhookDelivery, next_attempt_at=now, created_at=now, **relations)
 
 
+def with_job_trace(deliveries: QuerySet[WebhookDelivery]) -> QuerySet[WebhookDelivery]:
+    """With tracing on, each delivery with its job's `traceparent` (`job_traceparent`), so that
+    its POST joins the job's trace; off, the query is as it was."""
+    if not tracing.enabled():
+        return deliveries
+    return deliveries.annotate(job_traceparent=F("event__job__traceparent"))
+
+
 def deliver(delivery_id: int) -> str:
     """Make one attempt now; record its outcome. Returns the delivery's state afterwards."""
     delivery = (
-        WebhookDelivery.objects.select_related("event", "subscription")
+        with_job_trace(WebhookDelivery.objects.select_related("event", "subscription"))
         .filter(pk=delivery_id, state=DeliveryState.PENDING)
         .first()
     )
@@ -413,7 +422,7 @@ def deliveries_claim_due(
         # receiver is back), where this reads `limit` of them.
         ids = list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
         claimed = list(
-            WebhookDelivery.objects.select_related("event")
+            with_job_trace(WebhookDelivery.objects.select_related("event"))
             .filter(pk__in=ids)
             .order_by("next_attempt_at")
         )

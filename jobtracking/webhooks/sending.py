@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from extraction.urlsafety import UnsafeURLError
+from jobtracking.infra import tracing
 from jobtracking.infra.ids import uuid7
 from jobtracking.infra.storable import safe_json, safe_text
 from jobtracking.models import (
@@ -144,14 +145,19 @@ def delivery_body(event: JobEvent) -> bytes:
     return _message(event.type, event.created_at, event.payload)
 
 
-def delivery_headers(message_id: str, timestamp: str, signature: str) -> dict[str, str]:
-    return {
+def delivery_headers(
+    message_id: str, timestamp: str, signature: str, traceparent: str = ""
+) -> dict[str, str]:
+    headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "webhook-id": message_id,
         "webhook-timestamp": timestamp,
         "webhook-signature": signature,
     }
+    if traceparent:  # the receiver's own trace joins the job's
+        headers["traceparent"] = traceparent
+    return headers
 
 
 class Receiver:
@@ -168,13 +174,15 @@ class Receiver:
         except UnsafeURLError as unsafe:
             self.unsafe = f"UnsafeURL: {unsafe.message}"
 
-    def post(self, message_id: str, body: bytes, deadline: float | None = None) -> Outcome:
+    def post(
+        self, message_id: str, body: bytes, deadline: float | None = None, traceparent: str = ""
+    ) -> Outcome:
         """POST a signed body (all of it by `deadline`, a `time.monotonic()` time, if given);
         never raises for the receiver's faults. What the receiver said is made storable
         (`storable.safe_text`): its answer is recorded with its neighbours' in one statement."""
         timestamp = int(time.time())
         signature = " ".join(sign(secret, message_id, timestamp, body) for secret in self.secrets)
-        headers = delivery_headers(message_id, str(timestamp), signature)
+        headers = delivery_headers(message_id, str(timestamp), signature, traceparent)
         status, excerpt, error = None, "", self.unsafe
         attempted_at, started = timezone.now(), time.monotonic()
         try:
@@ -200,10 +208,27 @@ def post_signed(subscription: WebhookSubscription, message_id: str, body: bytes)
 
 
 def send(delivery: WebhookDelivery, receiver: Receiver | None = None) -> Outcome:
-    """POST the delivery's event (to `receiver`, its subscription as a round found it)."""
+    """POST the delivery's event (to `receiver`, its subscription as a round found it), as a
+    span of its job's trace (`job_traceparent`, when the claim read it: tracing is on) whose
+    traceparent the POST carries."""
     event = delivery.event
     receiver = receiver or Receiver(delivery.subscription)
-    return receiver.post(str(event.event_id), delivery_body(event))
+    attributes = {"webhook.event_type": event.type, "webhook.delivery_id": delivery.pk}
+    if event.job_id:
+        attributes["job.id"] = str(event.job_id)
+    with tracing.span(
+        "webhook.send",
+        parent=getattr(delivery, "job_traceparent", None) or "",
+        attributes=attributes,
+        kind=tracing.CLIENT,
+    ) as span:
+        outcome = receiver.post(
+            str(event.event_id), delivery_body(event), traceparent=tracing.current_traceparent()
+        )
+        if outcome.status is not None:
+            span.set_attribute("http.response.status_code", outcome.status)
+        tracing.record_outcome(span, "delivered" if is_delivered(outcome.status) else "failed")
+    return outcome
 
 
 def unsendable(error: Exception) -> Outcome:

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 
 from extraction.models import Adapter, Extractor
 from jobtracking.errors import ActiveJobExistsError
+from jobtracking.infra import tracing
 from jobtracking.models import ExtractionJob, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_create
 from jobtracking.webhooks.sending import subscription_secret
@@ -89,7 +90,7 @@ class Command(BaseCommand):
             if ExtractionJob.objects.filter(extractor=extractor, file_id=file_id).exists():
                 continue
             try:
-                job_create(
+                job = job_create(
                     NewJob(
                         extractor=extractor,
                         file_id=file_id,
@@ -105,4 +106,11 @@ class Command(BaseCommand):
                 created += 1
             except ActiveJobExistsError:
                 continue
+            self.stdout.write(f"  {path.name}: job {job.pk}{_trace_note(job)}")
         self.stdout.write(f"Seeded {created} demo job(s) from {SAMPLES.name}/.")
+
+
+def _trace_note(job: ExtractionJob) -> str:
+    """With tracing on, where to find the job's trace in the tracing backend."""
+    ids = tracing.trace_ids(job.traceparent)
+    return f", trace {ids[0]}" if ids else ""

@@ -26,6 +26,7 @@ INTERNAL = {
     "claimed_at": "the dispatcher's claim",
     "lease_expires_at": "a worker's lease",
     "requeued_at": "the current attempt's start: `durations` count from it, the history shows it",
+    "traceparent": "the trace its spans join: for the tracing backend, and in the logs",
 }
 # Model fields the representation shows under another name.
 SHOWN_AS = {"upload": "has_upload", "error_code": "error", "error_message": "error"}
