@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import requests
@@ -59,12 +59,13 @@ class ClientConfig:
 
 @dataclass(frozen=True)
 class SubmitRequest:
-    """One file to extract: either a URL the extractor fetches, or the bytes themselves."""
+    """One file to extract: either a URL the extractor fetches, or the bytes themselves (or a
+    buffered binary file holding them, read from its start)."""
 
     file_name: str
     content_type: str = ""
     source_url: str = ""
-    content: bytes | None = field(default=None, repr=False)
+    content: bytes | BinaryIO | None = field(default=None, repr=False)
     options: Mapping[str, Any] = field(default_factory=dict)
     idempotency_key: str = ""
 
@@ -75,6 +76,9 @@ class Submission:
     poll_url: str
     request_id: str = ""
     retry_after: float | None = None
+    # What was submitted, as the service measured it fetching a URL job's source itself (for
+    # an extractor that does not report the document); None otherwise.
+    document: "DocumentFacts | None" = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,10 @@ class ExtractorClient(ABC):
 
     # How long the extractor keeps a job's result; None when it does not say.
     result_ttl: timedelta | None = None
+    # Whether its results say which document it extracted (the job protocol's `document`). If
+    # not, the service fetches a URL job's source itself and submits those bytes
+    # (`extraction.sources`), so that the job records what was extracted.
+    reports_document: bool = False
 
     def __init__(self, config: ClientConfig, session: requests.Session | None = None) -> None:
         self.config = config

@@ -3,6 +3,7 @@
 import base64
 import io
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import urllib3
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from extraction.clients.azure_di import AzureDocumentIntelligenceClient
+from extraction.clients.azure_di import AzureDocumentIntelligenceClient, Base64SourceBody
 from extraction.clients.base import ClientConfig, RemoteStatus, SubmitRequest
 from extraction.errors import (
     ErrorCode,
@@ -99,6 +100,32 @@ def test_azure_submit_sends_uploaded_bytes_as_base64(client, httpserver):
     submission = client.submit(SubmitRequest(file_name="a.pdf", content=b"%PDF-1.4 doc"))
     assert submission.external_id
     httpserver.check_assertions()
+
+
+def test_azure_submit_streams_a_documents_file_as_base64_with_its_length(client, httpserver):
+    """A fetched source is sent from its file a chunk at a time: the body Azure receives is
+    the whole document in base64, announced by its length rather than sent chunked."""
+    document = bytes(range(256)) * 2000 + b"odd"  # several chunks, not a multiple of 3
+    with tempfile.SpooledTemporaryFile(max_size=1024) as file:
+        file.write(document)
+        file.seek(100)  # sent from its start, wherever it was left
+        httpserver.expect_oneshot_request(
+            ANALYZE, method="POST", json={"base64Source": base64.b64encode(document).decode()}
+        ).respond_with_response(replay("analyze_accepted", httpserver))
+        client.submit(SubmitRequest(file_name="a.pdf", content=file))
+    httpserver.check_assertions()
+    (request, _) = httpserver.log[0]
+    assert request.headers["Content-Type"] == "application/json"
+    assert int(request.headers["Content-Length"]) == len(request.get_data())
+    assert "Transfer-Encoding" not in request.headers
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, Base64SourceBody.CHUNK_BYTES + 1])
+def test_azure_base64_body_is_as_long_as_it_says(size):
+    body = Base64SourceBody(b"x" * size)
+    sent = b"".join(body)
+    assert len(body) == len(sent) and b"".join(body) == sent
+    assert json.loads(sent) == {"base64Source": base64.b64encode(b"x" * size).decode()}
 
 
 @pytest.mark.parametrize(
