@@ -47,6 +47,7 @@ from jobtracking.models import (
     ExtractionJob,
     ExtractionResult,
     ExtractorHealth,
+    FileFactsOrigin,
     Priority,
     RateSlot,
 )
@@ -351,7 +352,7 @@ def submitted_move(
 
     def prepare(job: ExtractionJob) -> None:
         _check_lease(job, lease_token)
-        _learn_document(job, document)
+        _learn_document(job, document, FileFactsOrigin.SERVICE)
         now = timezone.now()
         job.external_job_id = external_job_id[:255]
         job.external_url = external_url[:2000]
@@ -551,13 +552,16 @@ class Result:
         )
 
 
-def _learn_document(job: ExtractionJob, facts: DocumentFacts | None) -> None:
+def _learn_document(
+    job: ExtractionJob, facts: DocumentFacts | None, origin: FileFactsOrigin
+) -> None:
     """A URL job records what was extracted, as the extractor reports it or as the service
     measured what it fetched and submitted (an upload's facts are the service's own, taken as
     it was stored, and stay)."""
     if facts is None or not job.source_url or job.upload:
         return
     job.content_type, job.file_size, job.file_sha256 = facts.content_type, facts.size, facts.sha256
+    job.file_facts_origin = origin
 
 
 def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: Result) -> Move:
@@ -566,7 +570,7 @@ def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: R
 
     def prepare(job: ExtractionJob) -> None:
         _record_poll(job, raw_status, 100, None)
-        _learn_document(job, result.document)
+        _learn_document(job, result.document, FileFactsOrigin.EXTRACTOR)
 
     return Move(
         job_id,

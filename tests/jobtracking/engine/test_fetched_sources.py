@@ -12,6 +12,7 @@ from werkzeug import Request, Response
 
 from jobtracking import states
 from jobtracking.models import ExtractionJob, JobStatusChange
+from jobtracking.representation import JobRepresentation
 from jobtracking.services import Actor, NewJob, job_create
 from tests.extraction.test_azure_di import ANALYZE, RESULT, replay
 from tests.factories import ExtractorFactory
@@ -64,6 +65,7 @@ def test_an_azure_url_job_records_the_document_it_sent_azure(azure, httpserver):
     job = run_to_end(job)
     assert job.status_id == states.SUCCEEDED
     assert (job.content_type, job.file_size, job.file_sha256) == facts
+    assert JobRepresentation.file_facts(job)["origin"] == "service"
     httpserver.check_assertions()
     assert len(analyze_posts(httpserver)) == 1
     assert [r.path for r, _ in httpserver.log].count("/files/statement.pdf") == 1
@@ -114,8 +116,12 @@ def test_a_failing_source_is_the_sources_failure_and_says_if_a_requeue_helps(
     assert analyze_posts(httpserver) == []
     audit = JobStatusChange.objects.filter(job=job, to_status=states.FAILED).get()
     assert audit.details["http_status"] == status
-    error = client_for(owner).get(f"/api/v1/jobs/{job.pk}/").json()["error"]
-    assert (error["code"], error["requeue_may_help"]) == (code, may_help)
+    shown = client_for(owner).get(f"/api/v1/jobs/{job.pk}/").json()
+    assert (shown["error"]["code"], shown["error"]["requeue_may_help"]) == (code, may_help)
+    assert shown["file_facts"] == {
+        "origin": None,
+        "note": "Not known: the service could not fetch the URL (see the error).",
+    }
 
 
 def test_a_source_that_times_out_fails_as_transient(azure, httpserver, settings):
