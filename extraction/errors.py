@@ -25,6 +25,11 @@ class ErrorCode(models.TextChoices):
     )
 
 
+# The codes of a source that failed (the service's own fetch, or a job-protocol extractor's):
+# the source's fault, whether it may pass or not.
+SOURCE_CODES = frozenset({ErrorCode.SOURCE_UNAVAILABLE, ErrorCode.SOURCE_UNUSABLE})
+
+
 # Whether a requeue (the same input, submitted again) may succeed, and why: the job page shows
 # it, and the API's `error.requeue_may_help` says it. Each code has its entry (a test holds it).
 REQUEUE_ADVICE: dict[str, tuple[bool, str]] = {

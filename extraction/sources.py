@@ -13,6 +13,7 @@ body goes through SHA-256 into a spooled temporary file: memory holds a chunk, t
 import hashlib
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -67,9 +68,18 @@ class FetchedSource:
         self.file.close()
 
 
-def fetch_source(url: str, *, max_bytes: int, timeout: float) -> FetchedSource:
-    """The document at `url`, or a `SourceError` saying why not and whether it may pass."""
-    session = _pinned_session(checked_source(url))
+def fetch_source(
+    url: str,
+    *,
+    max_bytes: int,
+    timeout: float,
+    sessions: Callable[[str | None], requests.Session] | None = None,
+) -> FetchedSource:
+    """The document at `url`, or a `SourceError` saying why not and whether it may pass.
+    `sessions` gives a session connecting to an approved address (`pinned_session`'s kind),
+    kept by a caller that fetches often (the sandbox); by default one is made and closed."""
+    address = checked_source(url)
+    session = (sessions or pinned_session)(address)
     try:
         prepared = session.prepare_request(requests.Request("GET", url))
         # The connection goes to the approved address; the Host header keeps the name.
@@ -90,14 +100,17 @@ def fetch_source(url: str, *, max_bytes: int, timeout: float) -> FetchedSource:
             f"The document's URL could not be read ({type(error).__name__})."
         ) from None
     finally:
-        session.close()
+        if sessions is None:
+            session.close()
 
 
-def _pinned_session(address: str | None) -> requests.Session:
+def pinned_session(address: str | None) -> requests.Session:
+    """A session whose connections go to `address`, the one the URL guard approved (None: a
+    host the settings allow by name)."""
     session = requests.Session()
     session.trust_env = False  # a proxy from the environment would connect elsewhere
     if address:
-        adapter = PinnedAdapter(address, pool_size=1)
+        adapter = PinnedAdapter(address)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
     return session

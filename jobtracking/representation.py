@@ -11,7 +11,7 @@ from typing import Any
 
 from django.urls import reverse
 
-from extraction.errors import REQUEUE_ADVICE, ErrorCode
+from extraction.errors import REQUEUE_ADVICE, SOURCE_CODES
 from extraction.registry import service_fetches_source
 from jobtracking import states
 from jobtracking.models import Batch, ExtractionJob, FileFactsOrigin, Priority
@@ -60,7 +60,6 @@ MEASURED = {
     "sent those very bytes.",
     FileFactsOrigin.EXTRACTOR: "As the extractor reported the document it fetched from the URL.",
 }
-SOURCE_FAILURES = {ErrorCode.SOURCE_UNAVAILABLE, ErrorCode.SOURCE_UNUSABLE}
 
 
 def file_facts(job: ExtractionJob) -> tuple[str | None, str]:
@@ -86,7 +85,7 @@ def file_facts(job: ExtractionJob) -> tuple[str | None, str]:
         if job.status_id == states.SUCCEEDED:
             return None, "Not known: the extractor did not report the document it fetched."
         return None, "Not known: the job ended before the extractor reported the document."
-    if job.error_code in SOURCE_FAILURES:
+    if job.error_code in SOURCE_CODES:
         return None, "Not known: the service could not fetch the URL (see the error)."
     if job.external_job_id:  # submitted as a URL, before the service fetched sources itself
         return None, "Not known: the extractor fetched the URL itself and does not report it."

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import requests
 
 from extraction.errors import (
+    SOURCE_CODES,
     ErrorCode,
     ExternalJobLostError,
     ExtractorError,
@@ -322,8 +323,8 @@ class Response:
         if status == 404 and missing_is_lost:
             raise ExternalJobLostError(message)
         code = ErrorCode.EXTRACTOR_AUTH if status in (401, 403) else ErrorCode.REJECTED_BY_EXTRACTOR
-        if remote_code == ErrorCode.SOURCE_UNAVAILABLE:  # the job protocol's: the URL failed
-            code = ErrorCode.SOURCE_UNAVAILABLE
+        if remote_code in SOURCE_CODES:  # a job-protocol extractor could not fetch the URL
+            code = ErrorCode(remote_code)
         raise PermanentExtractorError(
             message, code=code, http_status=status, remote_code=remote_code
         )
