@@ -8,12 +8,15 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from werkzeug import Request, Response
 
 from jobtracking import states
+from jobtracking.engine import tasks
 from jobtracking.models import ExtractionJob, JobStatusChange
 from jobtracking.representation import JobRepresentation
 from jobtracking.services import Actor, NewJob, job_create
+from jobtracking.services.engine import jobs_start
 from tests.extraction.test_azure_di import ANALYZE, RESULT, replay
 from tests.factories import ExtractorFactory
 from tests.jobtracking.api.conftest import client_for, service_account
@@ -139,3 +142,39 @@ def test_a_source_that_times_out_fails_as_transient(azure, httpserver, settings)
     deadline = time.monotonic() + 5  # the server answers one request at a time
     while not httpserver.log and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def test_a_failing_source_counts_on_no_extractors_circuit(azure, httpserver, monkeypatch):
+    """Neither a failure (one client's bad URLs would open a circuit every client shares) nor a
+    success (it would close an open circuit on a call that never reached the extractor)."""
+    httpserver.expect_request("/files/a.pdf").respond_with_data("", status=503)
+    httpserver.expect_request("/files/b.pdf").respond_with_data(DOCUMENT)
+    httpserver.expect_oneshot_request(ANALYZE, method="POST").respond_with_response(
+        replay("analyze_accepted", httpserver)
+    )
+    reported = []
+    real = tasks.circuits_report
+    monkeypatch.setattr(
+        tasks,
+        "circuits_report",
+        lambda model, tallies, *args: reported.append(dict(tallies)) or real(model, tallies, *args),
+    )
+    jobs = [azure_job(azure, httpserver, path) for path in ("/files/a.pdf", "/files/b.pdf")]
+    ExtractionJob.objects.update(claimed_at=timezone.now())
+    tasks.process_jobs([str(job.pk) for job in jobs])
+
+    statuses = dict(ExtractionJob.objects.values_list("source_url", "status"))
+    assert sorted(statuses.values()) == [states.FAILED, states.SUBMITTED]
+    (tallies,) = reported
+    assert (tallies[azure.pk].successes, tallies[azure.pk].failed_keys) == (1, [])
+
+
+def test_a_fetching_submissions_lease_covers_the_fetch(azure, httpserver, settings):
+    settings.JOBS_SOURCE_FETCH_TIMEOUT_SECONDS = 100
+    job = azure_job(azure, httpserver)
+    ExtractionJob.objects.filter(pk=job.pk).update(claimed_at=timezone.now())
+    before = timezone.now()
+    (planned,) = jobs_start(job_ids=[str(job.pk)]).submits
+    lease = settings.JOBS_SUBMIT_LEASE_MARGIN_SECONDS + 2 * 100
+    expected = before + azure.request_timeout + timedelta(seconds=lease)
+    assert expected <= planned.job.lease_expires_at <= expected + timedelta(seconds=5)
