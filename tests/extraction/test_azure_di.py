@@ -1,9 +1,13 @@
 """The azure_di adapter replaying the service's published response shapes from a local server."""
 
 import base64
+import hashlib
 import io
 import json
+import socketserver
 import tempfile
+import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from extraction.errors import (
     PermanentExtractorError,
     TransientExtractorError,
 )
+from tests.hostile_http import http_answer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "azure_di"
 ANALYZE = "/documentintelligence/documentModels/prebuilt-layout:analyze"
@@ -118,6 +123,50 @@ def test_azure_submit_streams_a_documents_file_as_base64_with_its_length(client,
     assert request.headers["Content-Type"] == "application/json"
     assert int(request.headers["Content-Length"]) == len(request.get_data())
     assert "Transfer-Encoding" not in request.headers
+
+
+class DiscardingAnalyze(socketserver.StreamRequestHandler):
+    """Azure's analyze call as a server that keeps no body: it reads it a chunk at a time,
+    keeping its digest, and answers 202 with an Operation-Location (pytest-httpserver would keep
+    the body, in this process, where the memory is measured)."""
+
+    def handle(self) -> None:
+        length = 0
+        while (line := self.rfile.readline(65537)) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        digest = hashlib.sha256()
+        while length and (chunk := self.rfile.read(min(length, 65536))):
+            digest.update(chunk)
+            length -= len(chunk)
+        self.server.digests.append(digest.hexdigest())
+        location = f"http://127.0.0.1:{self.server.server_address[1]}{RESULT}"
+        self.wfile.write(http_answer(202, headers=[(b"Operation-Location", location.encode())]))
+
+
+def test_azure_submit_holds_a_chunk_of_a_large_document_not_the_document():
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), DiscardingAnalyze) as server:
+        server.digests = []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        client = AzureDocumentIntelligenceClient(
+            ClientConfig(base_url=f"http://127.0.0.1:{port}/", api_key=KEY)
+        )
+        with tempfile.TemporaryFile() as file:
+            for _ in range(128):  # 8 MiB, written without holding it
+                file.write(bytes(range(256)) * 256)
+            tracemalloc.start()
+            try:
+                client.submit(SubmitRequest(file_name="big.pdf", content=file))
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            file.seek(0)
+            sent = b"".join(Base64SourceBody(file))
+        server.shutdown()
+    # The document and its base64 would be 8 and 10.7 MiB; the call holds a few chunks.
+    assert peak < 2 << 20
+    assert server.digests == [hashlib.sha256(sent).hexdigest()]
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 4, Base64SourceBody.CHUNK_BYTES + 1])
