@@ -69,7 +69,8 @@ def file_facts(job: ExtractionJob) -> tuple[str | None, str]:
     if job.upload:
         return UPLOAD, MEASURED[UPLOAD]
     if job.file_facts_origin:
-        return job.file_facts_origin, MEASURED[job.file_facts_origin]
+        origin = str(job.file_facts_origin)  # the plain word, though a move just set the member
+        return origin, MEASURED[origin]
     fetches = service_fetches_source(job.extractor.adapter)
     learnt = (
         "the service measures them as it fetches the URL to submit the job"
