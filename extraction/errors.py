@@ -19,6 +19,15 @@ class ErrorCode(models.TextChoices):
     INVALID_RESULT = "invalid_result", "The extractor's result could not be stored"
     DEADLINE_EXCEEDED = "deadline_exceeded", "The job's deadline passed"
     SOURCE_UNAVAILABLE = "source_unavailable", "The file to extract could not be read"
+    SOURCE_UNUSABLE = (
+        "source_unusable",
+        "The file's URL cannot be used (missing, refused, not allowed or too large)",
+    )
+
+
+# The codes of a source that failed (the service's own fetch, or a job-protocol extractor's):
+# the source's fault, whether it may pass or not.
+SOURCE_CODES = frozenset({ErrorCode.SOURCE_UNAVAILABLE, ErrorCode.SOURCE_UNUSABLE})
 
 
 # Whether a requeue (the same input, submitted again) may succeed, and why: the job page shows
@@ -63,8 +72,14 @@ REQUEUE_ADVICE: dict[str, tuple[bool, str]] = {
     ),
     ErrorCode.SOURCE_UNAVAILABLE: (
         True,
-        "The document could not be read from its source: once its URL serves it, a requeue "
-        "may succeed; as it is, it will fail again.",
+        "The document could not be read from its source for now (it timed out, failed to "
+        "connect or answered with a server error): a requeue may succeed.",
+    ),
+    ErrorCode.SOURCE_UNUSABLE: (
+        False,
+        "The document's URL answered that it is not there or refused it, or it may not be "
+        "fetched (a non-public address, a redirect, over the size limit): the same URL will "
+        "fail again. Requeue once it serves the document, or create a job with one that does.",
     ),
 }
 
@@ -102,6 +117,13 @@ class PermanentExtractorError(ExtractorError):
         super().__init__(message, http_status=http_status)
         self.code = code
         self.remote_code = remote_code
+
+
+class SourceError(PermanentExtractorError):
+    """The document's source URL failed before any extractor call (the service fetches it
+    itself for an extractor that does not report what it extracted): the source's fault, never
+    the extractor's, so it counts on no extractor's circuit. `code` says whether a requeue may
+    help (`source_unavailable`) or not (`source_unusable`)."""
 
 
 class ExternalJobLostError(PermanentExtractorError):

@@ -24,6 +24,12 @@ def result_document(adapter: str, payload: Any) -> Document:
     return ADAPTERS[adapter].document(payload)
 
 
+def service_fetches_source(adapter: str) -> bool:
+    """Whether the service fetches a URL job's source itself for an extractor with this adapter
+    (it does not report the document it extracted: `ExtractorClient.reports_document`)."""
+    return not ADAPTERS[adapter].reports_document
+
+
 _clients: dict[int, tuple[ClientConfig, ExtractorClient]] = {}
 _lock = threading.Lock()
 

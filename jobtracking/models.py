@@ -61,6 +61,14 @@ class JobStatus(models.Model):
         return self.code
 
 
+class FileFactsOrigin(models.TextChoices):
+    """Who measured a URL job's content type, size and SHA-256 (an upload's are the service's
+    own, taken as it was stored)."""
+
+    EXTRACTOR = "extractor", "Reported by the extractor"
+    SERVICE = "service", "Measured by the service as it fetched the URL"
+
+
 class ActorType(models.TextChoices):
     API = "api", "API"
     ADMIN = "admin", "Admin"
@@ -180,6 +188,11 @@ class ExtractionJob(models.Model):
     content_type = models.CharField(max_length=100, blank=True)
     file_size = models.BigIntegerField(null=True, blank=True)
     file_sha256 = models.CharField(max_length=64, blank=True)
+    # Blank until the extractor or the service has measured them (a client may have declared
+    # them); a database default too, for rows written without the ORM.
+    file_facts_origin = models.CharField(
+        max_length=20, choices=FileFactsOrigin.choices, blank=True, default="", db_default=""
+    )
     source_url = models.URLField(max_length=2000, blank=True)
     upload = models.FileField(upload_to="uploads/%Y/%m/%d/", max_length=300, blank=True)
 

@@ -11,8 +11,10 @@ from typing import Any
 
 from django.urls import reverse
 
-from extraction.errors import REQUEUE_ADVICE
-from jobtracking.models import Batch, ExtractionJob, Priority
+from extraction.errors import REQUEUE_ADVICE, SOURCE_CODES
+from extraction.registry import service_fetches_source
+from jobtracking import states
+from jobtracking.models import Batch, ExtractionJob, FileFactsOrigin, Priority
 
 # The moments `JobRepresentation` writes, in the order clients read them.
 DATETIME_FIELDS = (
@@ -49,6 +51,48 @@ def batches_url_beside(jobs_url: str) -> str:
     return jobs_url[: len(jobs_url) - len(jobs_path())] + batches_path()
 
 
+# Where a job's content type, size and SHA-256 come from (`file_facts`).
+UPLOAD, CLIENT = "upload", "client"
+FILE_FACTS_ORIGINS = (UPLOAD, *FileFactsOrigin.values, CLIENT)
+MEASURED = {
+    UPLOAD: "Measured by the service as the upload was stored.",
+    FileFactsOrigin.SERVICE: "Measured by the service as it fetched the URL; the extractor was "
+    "sent those very bytes.",
+    FileFactsOrigin.EXTRACTOR: "As the extractor reported the document it fetched from the URL.",
+}
+
+
+def file_facts(job: ExtractionJob) -> tuple[str | None, str]:
+    """(origin, note): who measured the job's `content_type`, `file_size` and `file_sha256`
+    (one of `FILE_FACTS_ORIGINS`, None while nobody has), and a sentence saying so, or why
+    they are not known (yet)."""
+    if job.upload:
+        return UPLOAD, MEASURED[UPLOAD]
+    if job.file_facts_origin:
+        origin = str(job.file_facts_origin)  # the plain word, though a move just set the member
+        return origin, MEASURED[origin]
+    fetches = service_fetches_source(job.extractor.adapter)
+    learnt = (
+        "the service measures them as it fetches the URL to submit the job"
+        if fetches
+        else "they are learnt from the extractor when the job succeeds, if it reports them"
+    )
+    if job.content_type or job.file_size is not None or job.file_sha256:
+        unchecked = "As the client declared them, not checked"
+        return CLIENT, f"{unchecked}." if job.is_terminal else f"{unchecked}: {learnt}."
+    if not job.is_terminal:
+        return None, f"Not known yet: {learnt}."
+    if not fetches:
+        if job.status_id == states.SUCCEEDED:
+            return None, "Not known: the extractor did not report the document it fetched."
+        return None, "Not known: the job ended before the extractor reported the document."
+    if job.error_code in SOURCE_CODES:
+        return None, "Not known: the service could not fetch the URL (see the error)."
+    if job.external_job_id:  # submitted as a URL, before the service fetched sources itself
+        return None, "Not known: the extractor fetched the URL itself and does not report it."
+    return None, "Not known: the job ended before the service fetched the URL."
+
+
 def _seconds(start, end) -> float | None:
     return (end - start).total_seconds() if start and end else None
 
@@ -82,6 +126,7 @@ class JobRepresentation:
             "content_type": job.content_type,
             "file_size": job.file_size,
             "file_sha256": job.file_sha256,
+            "file_facts": self.file_facts(job),
             "source_url": job.source_url,
             "has_upload": self.has_upload(job),
             "options": job.options,
@@ -113,6 +158,11 @@ class JobRepresentation:
     @staticmethod
     def has_upload(job: ExtractionJob) -> bool:
         return bool(job.upload)
+
+    @staticmethod
+    def file_facts(job: ExtractionJob) -> dict[str, str | None]:
+        origin, note = file_facts(job)
+        return {"origin": origin, "note": note}
 
     @staticmethod
     def error(job: ExtractionJob) -> dict[str, Any] | None:

@@ -262,6 +262,10 @@ JOBS_TASK_BATCH_SIZE = int(os.environ.get("JOBS_TASK_BATCH_SIZE", "25"))
 EXTRACTOR_POOL_SIZE = int(os.environ.get("EXTRACTOR_POOL_SIZE", str(JOBS_TASK_BATCH_SIZE)))
 # A submission lease lasts the extractor's request timeout plus this margin.
 JOBS_SUBMIT_LEASE_MARGIN_SECONDS = float(os.environ.get("JOBS_SUBMIT_LEASE_MARGIN_SECONDS", "30"))
+# A URL job whose extractor does not report the document (Azure): the service fetches the
+# source itself (`extraction.sources`); no read waits longer than this, and none starts after it.
+# Its lease grows by twice this.
+JOBS_SOURCE_FETCH_TIMEOUT_SECONDS = float(os.environ.get("JOBS_SOURCE_FETCH_TIMEOUT_SECONDS", "60"))
 # When an extractor's max_in_flight is reached, a pending job looks again after this long.
 JOBS_IN_FLIGHT_RETRY_SECONDS = float(os.environ.get("JOBS_IN_FLIGHT_RETRY_SECONDS", "1"))
 # Of each claim round, in-flight cap and submission rate, the share kept for priorities below

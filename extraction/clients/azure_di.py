@@ -6,8 +6,10 @@ A failed analysis is a 200 whose status is "failed". Azure takes no idempotency 
 """
 
 import base64
+import io
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
 from extraction.clients.base import (
@@ -71,6 +73,31 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
+class Base64SourceBody:
+    """The analyze call's JSON body `{"base64Source": "…"}`, encoded from the document a chunk
+    at a time as it is sent: a large document is never held whole in memory, as bytes or as
+    base64. Its length is known up front, so it goes with a Content-Length (not chunked), and
+    it can be sent again (each iteration reads the document from its start)."""
+
+    PREFIX, SUFFIX = b'{"base64Source":"', b'"}'
+    # A multiple of 3: no chunk's base64 but the last one's ends in padding.
+    CHUNK_BYTES = 3 * 64 * 1024
+
+    def __init__(self, content: bytes | BinaryIO | None) -> None:
+        self.file = io.BytesIO(content or b"") if not hasattr(content, "read") else content
+        self.size = self.file.seek(0, io.SEEK_END)
+
+    def __len__(self) -> int:
+        return len(self.PREFIX) + 4 * ((self.size + 2) // 3) + len(self.SUFFIX)
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.file.seek(0)
+        yield self.PREFIX
+        while chunk := self.file.read(self.CHUNK_BYTES):
+            yield base64.b64encode(chunk)
+        yield self.SUFFIX
+
+
 class AzureDocumentIntelligenceClient(ExtractorClient):
     document = staticmethod(azure_document.read)
     result_ttl = timedelta(hours=24)
@@ -110,12 +137,14 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
         for name, value in request.options.items():
             if name in QUERY_OPTIONS and value not in (None, "", []):
                 params[QUERY_OPTIONS[name]] = _query_value(value)
+        headers = self._headers()
         if request.source_url:
-            body = {"urlSource": request.source_url}
+            body: dict[str, Any] = {"json": {"urlSource": request.source_url}}
         else:
-            body = {"base64Source": base64.b64encode(request.content or b"").decode("ascii")}
+            body = {"data": Base64SourceBody(request.content)}
+            headers["Content-Type"] = "application/json"
         url = self.analyze_url()
-        response = self.request("POST", url, headers=self._headers(), params=params, json=body)
+        response = self.request("POST", url, headers=headers, params=params, **body)
         location = response.headers.get("Operation-Location", "")
         if not location:
             raise TransientExtractorError(

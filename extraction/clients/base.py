@@ -14,12 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import requests
 
 from extraction.errors import (
+    SOURCE_CODES,
     ErrorCode,
     ExternalJobLostError,
     ExtractorError,
@@ -59,12 +60,13 @@ class ClientConfig:
 
 @dataclass(frozen=True)
 class SubmitRequest:
-    """One file to extract: either a URL the extractor fetches, or the bytes themselves."""
+    """One file to extract: either a URL the extractor fetches, or the bytes themselves (or a
+    buffered binary file holding them, read from its start)."""
 
     file_name: str
     content_type: str = ""
     source_url: str = ""
-    content: bytes | None = field(default=None, repr=False)
+    content: bytes | BinaryIO | None = field(default=None, repr=False)
     options: Mapping[str, Any] = field(default_factory=dict)
     idempotency_key: str = ""
 
@@ -75,6 +77,9 @@ class Submission:
     poll_url: str
     request_id: str = ""
     retry_after: float | None = None
+    # What was submitted, as the service measured it fetching a URL job's source itself (for
+    # an extractor that does not report the document); None otherwise.
+    document: "DocumentFacts | None" = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,10 @@ class ExtractorClient(ABC):
 
     # How long the extractor keeps a job's result; None when it does not say.
     result_ttl: timedelta | None = None
+    # Whether its results say which document it extracted (the job protocol's `document`). If
+    # not, the service fetches a URL job's source itself and submits those bytes
+    # (`extraction.sources`), so that the job records what was extracted.
+    reports_document: bool = False
 
     def __init__(self, config: ClientConfig, session: requests.Session | None = None) -> None:
         self.config = config
@@ -314,8 +323,8 @@ class Response:
         if status == 404 and missing_is_lost:
             raise ExternalJobLostError(message)
         code = ErrorCode.EXTRACTOR_AUTH if status in (401, 403) else ErrorCode.REJECTED_BY_EXTRACTOR
-        if remote_code == ErrorCode.SOURCE_UNAVAILABLE:  # the job protocol's: the URL failed
-            code = ErrorCode.SOURCE_UNAVAILABLE
+        if remote_code in SOURCE_CODES:  # a job-protocol extractor could not fetch the URL
+            code = ErrorCode(remote_code)
         raise PermanentExtractorError(
             message, code=code, http_status=status, remote_code=remote_code
         )

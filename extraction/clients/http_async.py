@@ -34,6 +34,7 @@ STATUS_WORDS = {
 
 class HttpAsyncClient(ExtractorClient):
     document = staticmethod(job_protocol.read)
+    reports_document = True
 
     def _headers(self, **extra: str) -> dict[str, str]:
         headers = {"Accept": "application/json", **extra}

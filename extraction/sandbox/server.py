@@ -43,13 +43,14 @@ from urllib.parse import urlsplit
 import requests
 from django.utils.crypto import salted_hmac
 
+from extraction.errors import SourceError
 from extraction.sandbox.extract import (
     CorruptDocumentError,
     DocumentTooLargeError,
     UnsupportedDocumentError,
     extract,
 )
-from extraction.urlsafety import PinnedAdapter, UnsafeURLError, check_public_url
+from extraction.sources import fetch_source, pinned_session
 
 logger = logging.getLogger(__name__)
 
@@ -88,15 +89,6 @@ def extracted(content: bytes, file_name: str, content_type: str) -> dict:
         "sha256": hashlib.sha256(content).hexdigest(),
     }
     return result
-
-
-# The job protocol's error code for a document the extractor could not fetch from its URL
-# (answered 422): the source's fault, not the extractor's (`ErrorCode.SOURCE_UNAVAILABLE`).
-SOURCE_UNAVAILABLE = "source_unavailable"
-
-
-class SourceUnavailableError(ValueError):
-    """The document's URL could not be fetched (refused, failing, redirecting, unreachable)."""
 
 
 @dataclass
@@ -209,18 +201,12 @@ class SandboxState:
         return time.monotonic() < self.down_until
 
     def fetcher(self, address: str | None) -> requests.Session:
-        """A session whose kept-alive connections go to `address`, the one the URL guard approved
-        (None: a host the settings allow by name). Proxies from the environment are ignored:
-        they would connect elsewhere."""
+        """A kept-alive session to `address`, the one the URL guard approved (None: a host the
+        settings allow by name)."""
         with self.lock:
             session = self.fetchers.get(address)
             if session is None:
-                session = self.fetchers[address] = requests.Session()
-                session.trust_env = False
-                if address:
-                    adapter = PinnedAdapter(address)
-                    session.mount("http://", adapter)
-                    session.mount("https://", adapter)
+                session = self.fetchers[address] = pinned_session(address)
                 if len(self.fetchers) > MAX_FETCHERS:
                     self.fetchers.popitem(last=False)[1].close()
             self.fetchers.move_to_end(address)
@@ -565,8 +551,10 @@ class SandboxHandler(BaseHTTPRequestHandler):
                     return self.send_json(200, {"id": existing, "status": "queued"})
         try:
             content, file_name, content_type, options = self.document(body)
-        except SourceUnavailableError as error:
-            return self.send_error_json(422, SOURCE_UNAVAILABLE, str(error))
+        except SourceError as error:
+            # The job protocol's answer for a document the extractor could not fetch: 422, with
+            # the source's error code (`source_unavailable` may pass, `source_unusable` not).
+            return self.send_error_json(422, error.code, f"Cannot fetch the document: {error}")
         except ValueError as error:
             return self.send_error_json(400, "bad_request", str(error))
         # The upload is not kept, only its result (once for every upload of the same file).
@@ -634,36 +622,12 @@ class SandboxHandler(BaseHTTPRequestHandler):
         return content, name, fetched_type, data.get("options") or {}
 
     def fetch(self, url: str) -> tuple[bytes, str]:
-        """The document at `url`, checked by the service's URL guard (under the sandbox's settings)
-        and fetched from the address it approved, whatever the name resolves to by then (DNS
-        rebinding): no redirects followed, at most MAX_UPLOAD_BYTES read."""
-        try:
-            addresses = check_public_url(url)
-        except UnsafeURLError as error:
-            raise SourceUnavailableError(f"Cannot fetch the document: {error.message}") from None
-        address = addresses[0] if addresses else None
-        headers = {"Host": urlsplit(url).netloc} if address else {}
-        try:
-            with self.state.fetcher(address).get(
-                url, headers=headers, timeout=(5, 30), allow_redirects=False, stream=True
-            ) as fetched:
-                if fetched.is_redirect:
-                    raise SourceUnavailableError(
-                        "The document's URL redirects; redirects are not followed."
-                    )
-                if fetched.status_code >= 400:
-                    raise SourceUnavailableError(
-                        f"Cannot fetch the document: its URL answered HTTP {fetched.status_code}."
-                    )
-                content = fetched.raw.read(MAX_UPLOAD_BYTES + 1, decode_content=True)
-                media = fetched.headers.get("Content-Type", "")
-        except requests.RequestException as error:
-            raise SourceUnavailableError(
-                f"Cannot fetch the document: {type(error).__name__}"
-            ) from None
-        if len(content) > MAX_UPLOAD_BYTES:
-            raise ValueError(f"The document is larger than {MAX_UPLOAD_BYTES} bytes.")
-        return content, media
+        """The document at `url` and its type, fetched as the service fetches sources
+        (`extraction.sources`, under the sandbox's settings), on kept-alive sessions."""
+        with fetch_source(
+            url, max_bytes=MAX_UPLOAD_BYTES, timeout=30, sessions=self.state.fetcher
+        ) as fetched:
+            return fetched.file.read(), fetched.facts.content_type
 
     def find(self, job_id: str) -> SandboxJob | None:
         job = self.state.job(job_id)

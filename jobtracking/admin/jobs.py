@@ -26,6 +26,7 @@ from jobtracking.admin.job_page import JobPageViews
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.errors import ApplicationError
 from jobtracking.models import ExtractionJob, Priority
+from jobtracking.representation import file_facts
 from jobtracking.selectors import job_list, job_may_act, job_search
 from jobtracking.services import job_cancel, job_requeue, jobs_set_priority
 
@@ -228,16 +229,7 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
     @admin.display(description="type, size and digest")
     def file_facts(self, job: ExtractionJob) -> str:
         """Where the content type, size and SHA-256 above come from, or why they are not known."""
-        if job.upload:
-            return "Measured by the service as the upload was stored."
-        if job.file_sha256:
-            return "As the extractor reported the document it fetched from the URL."
-        if job.status_id == states.SUCCEEDED:
-            return (
-                f"Not known: the extractor ({job.extractor.get_adapter_display()}) does not "
-                "report the document it fetched from the URL."
-            )
-        return "Not known yet: a URL job learns them from the extractor when it succeeds."
+        return file_facts(job)[1]
 
     @admin.display(description="upload")
     def upload_link(self, job: ExtractionJob):

@@ -13,8 +13,8 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 
-from extraction.models import Extractor
-from jobtracking.models import ExtractionJob, Priority
+from extraction.models import Adapter, Extractor
+from jobtracking.models import ExtractionJob, FileFactsOrigin, Priority
 from jobtracking.representation import job_representation, moment
 
 JOB_ID = "01939f4c-7a2e-7d4b-9a61-3f2b8c9d0e1f"
@@ -32,13 +32,15 @@ def example_job(**fields) -> ExtractionJob:
     return ExtractionJob(
         **{
             "id": UUID(JOB_ID),
-            "extractor": Extractor(pk=1, slug="azure-layout"),
+            "extractor": Extractor(pk=1, slug="azure-layout", adapter=Adapter.AZURE_DI),
             "status_id": "processing",
             "priority": Priority.NORMAL,
             "file_id": "grant-4711/budget.pdf",
             "file_name": "budget.pdf",
             "content_type": "application/pdf",
             "file_size": 184320,
+            "file_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "file_facts_origin": FileFactsOrigin.SERVICE,
             "source_url": "https://files.fluxx.example/grants/4711/budget.pdf",
             "options": {"pages": "1-3"},
             "metadata": {"grant_id": 4711},

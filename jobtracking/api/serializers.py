@@ -33,7 +33,12 @@ from jobtracking.models import (
     JobStatusChange,
     Priority,
 )
-from jobtracking.representation import DATETIME_FIELDS, JobRepresentation, jobs_path
+from jobtracking.representation import (
+    DATETIME_FIELDS,
+    FILE_FACTS_ORIGINS,
+    JobRepresentation,
+    jobs_path,
+)
 from jobtracking.services.creation import NewJob
 
 # Output
@@ -49,6 +54,19 @@ class ErrorSerializer(serializers.Serializer):
         "unavailable, the job ran out of time…); false when it would fail the same way (the "
         "extractor refused the request or could not extract the document)."
     )
+
+
+class FileFactsSerializer(serializers.Serializer):
+    origin = serializers.ChoiceField(
+        choices=FILE_FACTS_ORIGINS,
+        allow_null=True,
+        help_text="Who measured `content_type`, `file_size` and `file_sha256`: `upload` (the "
+        "service, as the upload was stored), `service` (the service, as it fetched the URL for "
+        "an extractor that does not report the document, and sent it those bytes), "
+        "`extractor` (as it reported the document it fetched), `client` (declared, not "
+        "checked); null while nobody has.",
+    )
+    note = serializers.CharField(help_text="The same in a sentence, or why they are not known.")
 
 
 class DurationsSerializer(serializers.Serializer):
@@ -125,6 +143,7 @@ class ExtractionJobSerializer(UtcModelSerializer):
         source="batch_id", allow_null=True, help_text="The batch it belongs to; null if none."
     )
     has_upload = serializers.SerializerMethodField()
+    file_facts = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     durations = serializers.SerializerMethodField()
     links = serializers.SerializerMethodField()
@@ -141,6 +160,7 @@ class ExtractionJobSerializer(UtcModelSerializer):
             "content_type",
             "file_size",
             "file_sha256",
+            "file_facts",
             "source_url",
             "has_upload",
             "options",
@@ -179,6 +199,10 @@ class ExtractionJobSerializer(UtcModelSerializer):
 
     def get_has_upload(self, job: ExtractionJob) -> bool:
         return JobRepresentation.has_upload(job)
+
+    @extend_schema_field(FileFactsSerializer)
+    def get_file_facts(self, job: ExtractionJob) -> dict[str, str | None]:
+        return JobRepresentation.file_facts(job)
 
     @extend_schema_field(ErrorSerializer(allow_null=True))
     def get_error(self, job: ExtractionJob) -> dict[str, Any] | None:

@@ -34,10 +34,11 @@ from extraction.errors import (
     ErrorCode,
     ExtractorError,
     PermanentExtractorError,
+    SourceError,
     TransientExtractorError,
 )
 from extraction.registry import get_client
-from extraction.urlsafety import UnsafeURLError, check_public_url
+from extraction.sources import checked_source, fetch_source
 from jobtracking import states
 from jobtracking.engine.schedule import next_delay
 from jobtracking.errors import JobMovedOnError
@@ -316,7 +317,7 @@ def _report_to_circuits(
     for origin, job, call in calls:
         if _is_outage_fault(call.error):
             tallies[job.extractor_id].failed(origin, call.error.message)
-        elif not isinstance(call.error, OSError):
+        elif not isinstance(call.error, OSError | SourceError):  # no extractor call was made
             tallies[job.extractor_id].successes += 1
     try:
         return circuits_report(ExtractorHealth, tallies, health, extractor_release)
@@ -379,16 +380,34 @@ def _submit_request(job: ExtractionJob) -> SubmitRequest:
     )
 
 
-def _submit(job: ExtractionJob):
+def _submit(job: ExtractionJob) -> Submission:
+    """Submit the job. A URL job's source is checked again at every submission (requeues too:
+    the name may resolve elsewhere by now)."""
+    client = _client(job)
+    if job.source_url and not client.reports_document:
+        return _submit_fetched(client, job)
     if job.source_url:
-        # Again at every submission (requeues too): the name may resolve elsewhere by now.
-        try:
-            check_public_url(job.source_url)
-        except UnsafeURLError as unsafe:
-            raise PermanentExtractorError(
-                f"The source URL is refused: {unsafe.message}", code=ErrorCode.SOURCE_UNAVAILABLE
-            ) from None
-    return _client(job).submit(_submit_request(job))
+        checked_source(job.source_url)
+    return client.submit(_submit_request(job))
+
+
+def _submit_fetched(client: ExtractorClient, job: ExtractionJob) -> Submission:
+    """For an extractor that does not report the document it extracted: the service fetches
+    the source itself (through the URL guard) and submits those bytes, so what it hashed is
+    what is extracted; the submission carries their facts for the job's record."""
+    with fetch_source(
+        job.source_url,
+        max_bytes=settings.JOBS_UPLOAD_MAX_BYTES,
+        timeout=settings.JOBS_SOURCE_FETCH_TIMEOUT_SECONDS,
+    ) as fetched:
+        request = dataclasses.replace(
+            _submit_request(job),
+            source_url="",
+            content=fetched.file,
+            content_type=fetched.facts.content_type,
+        )
+        submission = client.submit(request)
+    return dataclasses.replace(submission, document=fetched.facts)
 
 
 def _submitted(job: ExtractionJob, call: Call, held_until: datetime | None) -> Move:
@@ -438,6 +457,7 @@ def _submitted(job: ExtractionJob, call: Call, held_until: datetime | None) -> M
             request_id=submission.request_id,
             first_poll_in=backoff(job, 0, submission.retry_after),
             remote_ttl=_client(job).result_ttl,
+            document=submission.document,
         )
 
 

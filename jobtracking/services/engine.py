@@ -38,6 +38,7 @@ from django.utils import timezone
 from extraction.clients.base import DocumentFacts, ExtractionOutput
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
+from extraction.registry import service_fetches_source
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
 from jobtracking.infra.queue import enqueue_cancel_at_extractor
@@ -46,6 +47,7 @@ from jobtracking.models import (
     ExtractionJob,
     ExtractionResult,
     ExtractorHealth,
+    FileFactsOrigin,
     Priority,
     RateSlot,
 )
@@ -212,11 +214,14 @@ def _hand_back_move(job: ExtractionJob) -> Move:
 
 def _lease_move(job: ExtractionJob, extractor: Extractor, now: datetime) -> Move:
     """pending → submitting: the worker may now call the extractor. The lease (and `due_at`)
-    end after the extractor's request timeout plus a margin; then the job is handed back."""
+    end after the extractor's request timeout plus a margin, and the source's fetch where the
+    service fetches it; then the job is handed back."""
 
     def take_lease(job: ExtractionJob) -> None:
         job.submit_attempts += 1
         margin = timedelta(seconds=settings.JOBS_SUBMIT_LEASE_MARGIN_SECONDS)
+        if job.source_url and service_fetches_source(extractor.adapter):
+            margin += timedelta(seconds=2 * settings.JOBS_SOURCE_FETCH_TIMEOUT_SECONDS)
         job.lease_expires_at = job.due_at = now + extractor.request_timeout + margin
 
     return Move(job.pk, states.SUBMITTING, expected_from={states.PENDING}, prepare=take_lease)
@@ -339,12 +344,15 @@ def submitted_move(
     request_id: str,
     first_poll_in: timedelta,
     remote_ttl: timedelta | None,
+    document: DocumentFacts | None = None,
 ) -> Move:
     """submitting → submitted: the extractor accepted the job. Its poll location is stored in
-    this same transaction, so polling resumes after any restart."""
+    this same transaction, so polling resumes after any restart; so are the facts of the
+    document the service fetched and submitted (`document`), if it did."""
 
     def prepare(job: ExtractionJob) -> None:
         _check_lease(job, lease_token)
+        _learn_document(job, document, FileFactsOrigin.SERVICE)
         now = timezone.now()
         job.external_job_id = external_job_id[:255]
         job.external_url = external_url[:2000]
@@ -544,12 +552,16 @@ class Result:
         )
 
 
-def _learn_document(job: ExtractionJob, facts: DocumentFacts | None) -> None:
-    """A URL job records what was extracted, as the extractor reports it (an upload's facts
-    are the service's own, taken as it was stored, and stay)."""
+def _learn_document(
+    job: ExtractionJob, facts: DocumentFacts | None, origin: FileFactsOrigin
+) -> None:
+    """A URL job records what was extracted, as the extractor reports it or as the service
+    measured what it fetched and submitted (an upload's facts are the service's own, taken as
+    it was stored, and stay)."""
     if facts is None or not job.source_url or job.upload:
         return
     job.content_type, job.file_size, job.file_sha256 = facts.content_type, facts.size, facts.sha256
+    job.file_facts_origin = origin
 
 
 def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: Result) -> Move:
@@ -558,7 +570,7 @@ def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: R
 
     def prepare(job: ExtractionJob) -> None:
         _record_poll(job, raw_status, 100, None)
-        _learn_document(job, result.document)
+        _learn_document(job, result.document, FileFactsOrigin.EXTRACTOR)
 
     return Move(
         job_id,

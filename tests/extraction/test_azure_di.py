@@ -1,8 +1,13 @@
 """The azure_di adapter replaying the service's published response shapes from a local server."""
 
 import base64
+import hashlib
 import io
 import json
+import socketserver
+import tempfile
+import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -11,7 +16,7 @@ import urllib3
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from extraction.clients.azure_di import AzureDocumentIntelligenceClient
+from extraction.clients.azure_di import AzureDocumentIntelligenceClient, Base64SourceBody
 from extraction.clients.base import ClientConfig, RemoteStatus, SubmitRequest
 from extraction.errors import (
     ErrorCode,
@@ -19,6 +24,7 @@ from extraction.errors import (
     PermanentExtractorError,
     TransientExtractorError,
 )
+from tests.hostile_http import http_answer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "azure_di"
 ANALYZE = "/documentintelligence/documentModels/prebuilt-layout:analyze"
@@ -99,6 +105,76 @@ def test_azure_submit_sends_uploaded_bytes_as_base64(client, httpserver):
     submission = client.submit(SubmitRequest(file_name="a.pdf", content=b"%PDF-1.4 doc"))
     assert submission.external_id
     httpserver.check_assertions()
+
+
+def test_azure_submit_streams_a_documents_file_as_base64_with_its_length(client, httpserver):
+    """A fetched source is sent from its file a chunk at a time: the body Azure receives is
+    the whole document in base64, announced by its length rather than sent chunked."""
+    document = bytes(range(256)) * 2000 + b"odd"  # several chunks, not a multiple of 3
+    with tempfile.SpooledTemporaryFile(max_size=1024) as file:
+        file.write(document)
+        file.seek(100)  # sent from its start, wherever it was left
+        httpserver.expect_oneshot_request(
+            ANALYZE, method="POST", json={"base64Source": base64.b64encode(document).decode()}
+        ).respond_with_response(replay("analyze_accepted", httpserver))
+        client.submit(SubmitRequest(file_name="a.pdf", content=file))
+    httpserver.check_assertions()
+    (request, _) = httpserver.log[0]
+    assert request.headers["Content-Type"] == "application/json"
+    assert int(request.headers["Content-Length"]) == len(request.get_data())
+    assert "Transfer-Encoding" not in request.headers
+
+
+class DiscardingAnalyze(socketserver.StreamRequestHandler):
+    """Azure's analyze call as a server that keeps no body: it reads it a chunk at a time,
+    keeping its digest, and answers 202 with an Operation-Location (pytest-httpserver would keep
+    the body, in this process, where the memory is measured)."""
+
+    def handle(self) -> None:
+        length = 0
+        while (line := self.rfile.readline(65537)) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        digest = hashlib.sha256()
+        while length and (chunk := self.rfile.read(min(length, 65536))):
+            digest.update(chunk)
+            length -= len(chunk)
+        self.server.digests.append(digest.hexdigest())
+        location = f"http://127.0.0.1:{self.server.server_address[1]}{RESULT}"
+        self.wfile.write(http_answer(202, headers=[(b"Operation-Location", location.encode())]))
+
+
+def test_azure_submit_holds_a_chunk_of_a_large_document_not_the_document():
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), DiscardingAnalyze) as server:
+        server.digests = []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        client = AzureDocumentIntelligenceClient(
+            ClientConfig(base_url=f"http://127.0.0.1:{port}/", api_key=KEY)
+        )
+        with tempfile.TemporaryFile() as file:
+            for _ in range(128):  # 8 MiB, written without holding it
+                file.write(bytes(range(256)) * 256)
+            tracemalloc.start()
+            try:
+                client.submit(SubmitRequest(file_name="big.pdf", content=file))
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            file.seek(0)
+            sent = b"".join(Base64SourceBody(file))
+        server.shutdown()
+    # The document and its base64 would be 8 and 10.7 MiB; the call holds a few chunks.
+    assert peak < 2 << 20
+    assert server.digests == [hashlib.sha256(sent).hexdigest()]
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, Base64SourceBody.CHUNK_BYTES + 1])
+def test_azure_base64_body_is_as_long_as_it_says(size):
+    body = Base64SourceBody(b"x" * size)
+    sent = b"".join(body)
+    assert len(body) == len(sent) and b"".join(body) == sent
+    assert json.loads(sent) == {"base64Source": base64.b64encode(b"x" * size).decode()}
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from extraction.clients.base import ExtractorClient
 from extraction.clients.http_async import HttpAsyncClient
 from extraction.errors import REQUEUE_ADVICE, ErrorCode
 from extraction.models import Adapter, Extractor
-from extraction.registry import ADAPTERS, get_client
+from extraction.registry import ADAPTERS, get_client, service_fetches_source
 
 
 def extractor(pk: int, adapter: str, **fields) -> Extractor:
@@ -60,3 +60,9 @@ def test_every_error_code_says_whether_a_requeue_may_help():
     assert all(advice.endswith(".") for _, advice in REQUEUE_ADVICE.values())
     assert not REQUEUE_ADVICE[ErrorCode.EXTRACTION_FAILED][0]
     assert REQUEUE_ADVICE[ErrorCode.EXTRACTOR_UNAVAILABLE][0]
+
+
+def test_the_service_fetches_sources_only_for_extractors_that_do_not_report_them():
+    assert service_fetches_source(Adapter.AZURE_DI)
+    assert not service_fetches_source(Adapter.HTTP_ASYNC)
+    assert not service_fetches_source(Adapter.SANDBOX)

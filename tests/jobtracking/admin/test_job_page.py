@@ -98,7 +98,8 @@ def test_a_requeue_without_a_reason_is_asked_for_one(operator, client, failed_jo
     ("code", "advice"),
     [
         ("extraction_failed", "it will fail again unless the document changes"),
-        ("source_unavailable", "once its URL serves it, a requeue may succeed"),
+        ("source_unavailable", "(it timed out, failed to connect or answered with a server"),
+        ("source_unusable", "the same URL will fail again"),
         ("extractor_unavailable", "once it is back, a requeue may succeed"),
     ],
 )
@@ -108,20 +109,37 @@ def test_a_failed_jobs_page_says_whether_a_requeue_may_help(operator, client, co
     assert "Will a requeue help?" in html and advice in html
 
 
+NOTHING = {"content_type": ""}  # the factory's jobs declare a type: these declare nothing
+AZURE = {"extractor__azure": True, **NOTHING}
+FACTS = {"file_sha256": "a" * 64, "file_size": 9, "content_type": "application/pdf"}
+
+
 @pytest.mark.parametrize(
-    ("fields", "said"),
+    ("trait", "fields", "said"),
     [
-        ({"extractor__azure": True}, "Not known: the extractor (Azure AI Document Intelligence)"),
-        ({"file_sha256": "a" * 64, "file_size": 9}, "As the extractor reported the document"),
+        ("succeeded", {**FACTS, "file_facts_origin": "extractor"}, "As the extractor reported"),
+        ("succeeded", NOTHING, "Not known: the extractor did not report the document it fetched."),
+        ("submitted", NOTHING, "Not known yet: they are learnt from the extractor when the job"),
+        ("cancelled", NOTHING, "Not known: the job ended before the extractor reported"),
+        ("succeeded", {**AZURE, **FACTS, "file_facts_origin": "service"}, "as it fetched the URL"),
+        ("submitting", AZURE, "Not known yet: the service measures them as it fetches the URL"),
+        ("failed", {**AZURE, "error_code": "source_unusable"}, "could not fetch the URL"),
+        ("succeeded", AZURE, "Not known: the extractor fetched the URL itself and does not"),
+        ("submitted", FACTS, "As the client declared them, not checked: they are learnt from"),
     ],
 )
 def test_a_url_jobs_page_says_where_its_type_size_and_digest_come_from(
-    operator, client, fields, said
+    operator, client, trait, fields, said
 ):
     job = ExtractionJobFactory(
-        succeeded=True, source_url="https://files.example.org/a.pdf", **fields
+        source_url="https://files.example.org/a.pdf", **fields, **{trait: True}
     )
     assert said in page(client, job)
+
+
+def test_an_uploads_page_says_the_service_measured_it(operator, client, failed_job):
+    job = ExtractionJobFactory(source_url="", upload="uploads/a.pdf", **FACTS)
+    assert "Measured by the service as the upload was stored." in page(client, job)
 
 
 def test_a_requeued_job_shows_each_attempt_apart(operator, client, failed_job):

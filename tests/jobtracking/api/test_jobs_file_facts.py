@@ -52,3 +52,19 @@ def test_create_upload_with_a_wrong_declared_sha256_is_refused(api, extractor, s
     )
     assert_problem(response, 400, "validation_error")
     assert not ExtractionJob.objects.exists()
+
+
+def test_a_new_url_job_says_its_facts_are_not_known_yet_and_why(api, extractor):
+    response = api.post(URL, url_item("f-1", "/grants/7/budget.csv"), format="json")
+    assert response.json()["file_facts"] == {
+        "origin": None,
+        "note": "Not known yet: they are learnt from the extractor when the job succeeds, if it "
+        "reports them.",
+    }
+
+
+def test_an_uploads_facts_say_the_service_measured_them(api, extractor, settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path
+    upload = SimpleUploadedFile("report.txt", b"Total: 5\n", content_type="text/plain")
+    response = api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload})
+    assert response.json()["file_facts"]["origin"] == "upload"

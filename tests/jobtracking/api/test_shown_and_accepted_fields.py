@@ -28,6 +28,7 @@ JOB = {
         "requested_by": "the authenticated client",
         "batch": "given by the batch endpoints (`POST /batches/`, bulk's `batch`), not a job's",
         "has_upload": "whether a `file` was sent",
+        "file_facts": "who measured the type, size and digest, or why they are not known",
         "attempt": "the engine's count of attempts (a requeue starts one)",
         "submit_attempts": "the engine's count",
         "poll_count": "the engine's count",

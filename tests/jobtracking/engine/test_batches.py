@@ -154,7 +154,7 @@ def test_a_source_url_is_checked_again_at_each_submission(sandbox, sandbox_extra
     settings.OUTBOUND_ALLOWED_NETWORKS = []  # loopback is no longer allowed (or the name moved)
     process_jobs(claim(jobs))
     job = ExtractionJob.objects.get(pk=jobs[0].pk)
-    assert (job.status_id, job.error_code) == ("failed", "source_unavailable")
+    assert (job.status_id, job.error_code) == ("failed", "source_unusable")
     assert "non-public address (loopback)" in job.error_message
     assert sandbox.stats()["posts_by_key"] == {}
 

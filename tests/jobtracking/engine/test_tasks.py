@@ -109,6 +109,8 @@ def test_a_url_job_records_the_document_the_extractor_fetched(
     assert job.status_id == states.SUCCEEDED
     digest = hashlib.sha256(content).hexdigest()
     assert (job.content_type, job.file_size, job.file_sha256) == ("text/csv", len(content), digest)
+    assert len(httpserver.log) == 1  # fetched by the extractor, not by the service as well
+    assert job.file_facts_origin == "extractor"
 
 
 def test_process_job_polls_no_sooner_than_retry_after(sandbox, sandbox_extractor):

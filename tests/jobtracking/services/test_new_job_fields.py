@@ -29,7 +29,12 @@ INTERNAL = {
     "traceparent": "the trace its spans join: for the tracing backend, and in the logs",
 }
 # Model fields the representation shows under another name.
-SHOWN_AS = {"upload": "has_upload", "error_code": "error", "error_message": "error"}
+SHOWN_AS = {
+    "upload": "has_upload",
+    "error_code": "error",
+    "error_message": "error",
+    "file_facts_origin": "file_facts",
+}
 # Fields of `NewJob` that come from the request's headers, not its body.
 FROM_HEADERS = {"idempotency_key", "request_fingerprint"}
 

@@ -35,6 +35,7 @@ from jobtracking.webhooks.sending import (
 from jobtracking.webhooks.transport import BadAnswer, ConnectError, ConnectTimeout, Disconnected
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
 from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
+from tests.names import resolve_as
 from tests.processes import wait_until
 from tests.receivers import KeepAliveReceiver
 
@@ -265,16 +266,7 @@ def test_dns_rebinding_cannot_turn_a_delivery_towards_loopback(httpserver, setti
     settings.OUTBOUND_ALLOWED_NETWORKS = []
     settings.WEBHOOK_CONNECT_TIMEOUT = 0.5
     httpserver.expect_request("/hooks").respond_with_data("captured")
-    answers = iter(["93.184.216.34", "127.0.0.1"])
-    real = socket.getaddrinfo
-
-    def rebinding(host, port, *args, **kwargs):
-        if host != "rebind.example":
-            return real(host, port, *args, **kwargs)
-        address = next(answers, "127.0.0.1")
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
-
-    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    resolve_as(monkeypatch, "rebind.example", "93.184.216.34", "127.0.0.1")
     subscription = WebhookSubscriptionFactory(url="https://hooks.example.org/hooks")
     # Saved while the name looked public; the receiver is really this loopback server.
     WebhookSubscription.objects.filter(pk=subscription.pk).update(
@@ -289,14 +281,7 @@ def test_dns_rebinding_cannot_turn_a_delivery_towards_loopback(httpserver, setti
 def test_a_pinned_delivery_keeps_the_name_in_the_host_header(httpserver, settings, monkeypatch):
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     httpserver.expect_request("/hooks").respond_with_data("ok")
-    real = socket.getaddrinfo
-    monkeypatch.setattr(
-        socket,
-        "getaddrinfo",
-        lambda host, port, *a, **k: real(
-            "127.0.0.1" if host == "named.example" else host, port, *a, **k
-        ),
-    )
+    resolve_as(monkeypatch, "named.example", "127.0.0.1")
     subscription = WebhookSubscriptionFactory(url="https://hooks.example.org/hooks")
     WebhookSubscription.objects.filter(pk=subscription.pk).update(
         url=f"http://named.example:{httpserver.port}/hooks"
