@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobtracking', '0023_api_token_name'),
+        ('jobtracking', '0024_job_traceparent'),
     ]
 
     operations = [
