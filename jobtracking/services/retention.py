@@ -1,7 +1,7 @@
 """Retention: terminal jobs are deleted, with their history, results, events and files, once they
-are older than the retention window of their status (`JOBS_RETENTION_DAYS`); a batch goes with
-its last job. Upload files no job references (left by a crash or a rolled-back transaction) are
-swept daily."""
+are older than the retention window of their status (`JOBS_RETENTION_DAYS`), after their record
+is archived (`jobtracking.services.archive`); a batch goes with its last job. Upload files no
+job references (left by a crash or a rolled-back transaction) are swept daily."""
 
 import posixpath
 from collections.abc import Iterator
@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.models import (
+    ArchivedJob,
     Batch,
     ExtractionJob,
     ExtractionResult,
@@ -22,6 +23,7 @@ from jobtracking.models import (
     JobStatusChange,
     WebhookDelivery,
 )
+from jobtracking.services.archive import ArchiveRun, jobs_archive
 
 
 def purgeable_jobs() -> QuerySet[ExtractionJob]:
@@ -33,10 +35,13 @@ def purgeable_jobs() -> QuerySet[ExtractionJob]:
     return ExtractionJob.objects.filter(past_retention)
 
 
-def jobs_purge(*, ids: list) -> int:
-    """Delete these jobs and everything that hangs off them in one short transaction (a batch
-    at a time keeps locks short and memory bounded); their files go once it has committed.
-    Only jobs still past retention are deleted. Returns the number of jobs deleted."""
+def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
+    """Archive these jobs (as part of `run`, a new one by default), then delete them and
+    everything that hangs off them in one short transaction (a batch at a time keeps locks
+    short and memory bounded); their files go once it has committed. Only jobs still past
+    retention are deleted, and only once the archive's manifest has confirmed their record
+    (`JOBS_ARCHIVE_BEFORE_PURGE`): an archive that fails raises, and deletes nothing. Returns
+    the number of jobs deleted."""
     with transaction.atomic():
         # Locked: a requeue (or any transition) racing this purge either got its row lock first,
         # and the job is skipped, or waits for this transaction and finds the job gone. Never
@@ -47,6 +52,10 @@ def jobs_purge(*, ids: list) -> int:
             .select_for_update(skip_locked=True)
             .values_list("pk", flat=True)
         )
+        # Under the row locks: the record archived is the job deleted. What waits meanwhile
+        # is only a requeue of a job past retention, for one chunk's write.
+        if settings.JOBS_ARCHIVE_BEFORE_PURGE and doomed:
+            ArchivedJob.objects.bulk_create(jobs_archive(job_ids=doomed, run=run or ArchiveRun()))
         files = list(
             ExtractionJob.objects.filter(pk__in=doomed)
             .exclude(upload="")
