@@ -33,21 +33,6 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def archive(settings, tmp_path):
-    """A fresh local archive and media folder; every status purgeable at once."""
-    settings.MEDIA_ROOT = tmp_path / "media"
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "archive": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": tmp_path / "archive"},
-        },
-    }
-    settings.JOBS_RETENTION_DAYS = dict.fromkeys(settings.JOBS_RETENTION_DAYS, 0)
-    return tmp_path / "archive"
-
-
 def finished_job(file_id: str = "grant-7/budget.csv") -> ExtractionJob:
     """A job made and ended through the services, with an inline result, a result in a file, a
     delivered webhook and one still pending."""
