@@ -44,10 +44,6 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot archive a {type(value).__name__}")
 
 
-def to_json(document: Any) -> bytes:
-    return orjson.dumps(document, default=_plain)
-
-
 @dataclass(frozen=True)
 class StoredFile:
     path: str
@@ -75,9 +71,9 @@ class LinesWriter:
         self.lines = 0
         self.size = 0
 
-    def add(self, document: Any) -> tuple[int, int]:
+    def add(self, document: bytes) -> tuple[int, int]:
         """Append one JSON document; returns its line number and its member's byte offset."""
-        member = gzip.compress(to_json(document) + b"\n", COMPRESS_LEVEL, mtime=0)
+        member = gzip.compress(document + b"\n", COMPRESS_LEVEL, mtime=0)
         self._spool.write(member)
         self._digest.update(member)
         line, offset = self.lines, self.size

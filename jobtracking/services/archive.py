@@ -9,22 +9,21 @@ and a job's id alone says which folder holds it. A run's day is written in parts
 of the purge, each with its own manifest, so that a chunk's jobs are deleted as soon as their own
 file is confirmed, never held until the rest of the day is written.
 
-Rows are serialised column by column from the model's fields, so a column added later (the
-audit hashes, say) is archived without a change here. Children are read by job id order through
-server-side cursors and merged with the jobs, one job in memory at a time."""
+PostgreSQL serialises each row whole (`to_jsonb`), so a column added later (the audit hashes,
+say) is archived without a change here. The jobs and each kind of child are read in job id
+order through server-side cursors and merged, a few hundred rows in memory at a time, and each
+record is put together from their JSON texts as they are."""
 
-import itertools
 import secrets
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from operator import itemgetter
 from typing import Any
 
+import orjson
 from django.core.files.storage import storages
-from django.db import models
-from django.db.models import Count, Max, Sum
+from django.db import connection, models
 from django.utils import timezone
 
 from jobtracking.infra.archive_storage import (
@@ -33,6 +32,14 @@ from jobtracking.infra.archive_storage import (
     StoredFile,
     copy_file,
     save_manifest,
+)
+from jobtracking.infra.rows import (
+    insert_fields,
+    insert_statement,
+    prepared_cursor,
+    quote,
+    row_set,
+    table,
 )
 from jobtracking.models import (
     ArchivedJob,
@@ -44,7 +51,7 @@ from jobtracking.models import (
 )
 
 ARCHIVE_FORMAT = 1
-CURSOR_ROWS = 2000
+STREAM_ROWS = 500
 # Each job's children: key in the record, model, order within the job.
 CHILDREN = (
     ("status_changes", JobStatusChange, ("changed_at", "id")),
@@ -71,6 +78,13 @@ class _DayPart:
     entries: list[ArchivedJob] = field(default_factory=list)
 
 
+def archived_jobs_insert(entries: list[ArchivedJob]) -> None:
+    """Index rows in one statement of a few parameters (`jobtracking.infra.rows`)."""
+    rows = row_set(entries, insert_fields(ArchivedJob))
+    with prepared_cursor() as cursor:
+        cursor.execute(insert_statement(ArchivedJob, rows.own), [rows.rows, rows.shared])
+
+
 def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
     """Write these jobs' records, one file and one manifest per creation day, each read back and
     checked (`ArchiveError` otherwise: then nothing may be deleted). Returns the index rows,
@@ -78,17 +92,21 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
     exactly the purged jobs. Call it with the jobs locked, so the record is what is deleted."""
     run.parts += 1
     days: dict[date, _DayPart] = {}
-    for document in _documents(job_ids):
-        job = document["job"]
-        day = job["created_at"].astimezone(UTC).date()
-        part = days.setdefault(day, _DayPart())
-        folder = f"jobs/{day:%Y/%m/%d}"
-        for key, model, row in _rows_with_files(document):
-            _attach_files(model, row, f"{folder}/files", part.attachments)
-            part.counts[key] += 1
-        part.counts["deliveries"] += sum(s["count"] for s in document["deliveries"].values())
-        line, offset = part.writer.add(document)
-        part.entries.append(_entry(job, line, offset))
+    ids = [list(job_ids)]
+    with _Streams() as streams:
+        jobs = streams.open(_job_rows_sql(), ids)
+        children = {
+            key: _Children(streams.open(_rows_sql(model, order), ids))
+            for key, model, order in CHILDREN
+        }
+        deliveries = _Children(streams.open(_deliveries_sql(), ids))
+        for *indexed, has_files, job_json in jobs:
+            job = dict(zip(INDEXED, indexed, strict=True))
+            day = job["created_at"].astimezone(UTC).date()
+            part = days.setdefault(day, _DayPart())
+            record = _record(job, (has_files, job_json), children, deliveries, part, day)
+            line, offset = part.writer.add(record.encode())
+            part.entries.append(_entry(job, line, offset))
     now = timezone.now()
     entries = []
     for day, part in sorted(days.items()):
@@ -101,80 +119,148 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
     return entries
 
 
-def _documents(job_ids: list) -> Iterator[dict[str, Any]]:
-    """Each job's record, in id order: every column of the job and of its children."""
-    children = {
-        key: _Children(_columns(model.objects.filter(job_id__in=job_ids), "job_id", *order))
-        for key, model, order in CHILDREN
-    }
-    deliveries = _deliveries(job_ids)
-    for job in _columns(ExtractionJob.objects.filter(pk__in=job_ids), "id"):
-        document = {"archive_format": ARCHIVE_FORMAT, "job": job}
-        document.update({key: rows.take(job["id"]) for key, rows in children.items()})
-        document["deliveries"] = deliveries.get(job["id"], {})
-        yield document
+def _record(
+    job: dict[str, Any],
+    job_row: tuple[bool, str],
+    children: dict[str, "_Children"],
+    deliveries: "_Children",
+    part: _DayPart,
+    day: date,
+) -> str:
+    """One job's record, put together from its rows' JSON texts, counted in its part."""
+    files = f"jobs/{day:%Y/%m/%d}/files"
+    record = [f'{{"archive_format":{ARCHIVE_FORMAT},"job":']
+    record.append(_with_files(ExtractionJob, *job_row, files, part.attachments))
+    part.counts["jobs"] += 1
+    for key, model, _order in CHILDREN:
+        rows = [
+            _with_files(model, has_files, row, files, part.attachments)
+            for has_files, row in children[key].take(job["id"])
+        ]
+        part.counts[key] += len(rows)
+        record += [f',"{key}":[', ",".join(rows), "]"]
+    summary = deliveries.take(job["id"])
+    part.counts["deliveries"] += sum(count for count, _states in summary)
+    record += [',"deliveries":', summary[0][1] if summary else "{}", "}"]
+    return "".join(record)
 
 
-def _columns(rows: models.QuerySet, *order: str) -> Iterator[dict[str, Any]]:
-    columns = [f.attname for f in rows.model._meta.concrete_fields]
-    return rows.order_by(*order).values(*columns).iterator(chunk_size=CURSOR_ROWS)
+# Columns the index keeps beside each record, as `_job_rows_sql` returns them.
+INDEXED = (
+    "id",
+    "file_id",
+    "external_job_id",
+    "requested_by_id",
+    "status_id",
+    "created_at",
+    "completed_at",
+)
+
+
+class _Streams:
+    """Server-side cursors on the connection, in its transaction: each query's rows arrive a
+    few hundred at a time, whatever the chunk's size."""
+
+    def __enter__(self) -> "_Streams":
+        with connection.cursor() as cursor:
+            # Each query is read to its end: plan for all its rows, not the first tenth (a
+            # cursor's default would walk a whole index in job order rather than look ids up).
+            cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
+        self._cursors = []
+        return self
+
+    def open(self, sql: str, params: list) -> Iterator[tuple]:
+        cursor = connection.connection.cursor(name=f"archive_{len(self._cursors)}")
+        cursor.itersize = STREAM_ROWS
+        self._cursors.append(cursor)
+        cursor.execute(sql, params)
+        return iter(cursor)
+
+    def __exit__(self, *exc_info) -> None:
+        for cursor in self._cursors:
+            cursor.close()
 
 
 class _Children:
-    """One kind of child row, ordered by job id, handed out a job at a time."""
+    """Rows ordered by job id (the first column), handed out a job at a time."""
 
-    def __init__(self, rows: Iterator[dict[str, Any]]) -> None:
-        self._groups = itertools.groupby(rows, key=itemgetter("job_id"))
-        self._next = next(self._groups, None)
+    def __init__(self, rows: Iterator[tuple]) -> None:
+        self._rows = rows
+        self._next = next(self._rows, None)
 
-    def take(self, job_id) -> list[dict[str, Any]]:
-        if self._next is None or self._next[0] != job_id:
-            return []
-        rows = list(self._next[1])
-        self._next = next(self._groups, None)
-        return rows
+    def take(self, job_id) -> list[tuple]:
+        taken = []
+        while self._next is not None and self._next[0] == job_id:
+            taken.append(self._next[1:])
+            self._next = next(self._rows, None)
+        return taken
 
 
-def _deliveries(job_ids: list) -> dict[Any, dict[str, dict[str, Any]]]:
-    """Per job, per delivery state: how many deliveries, their attempts and last delivery."""
-    summary: dict[Any, dict[str, dict[str, Any]]] = defaultdict(dict)
-    rows = (
-        WebhookDelivery.objects.filter(event__job_id__in=job_ids)
-        .values("event__job_id", "state")
-        .annotate(
-            count=Count("id"), attempts=Sum("attempts"), last_delivered_at=Max("delivered_at")
-        )
-        .order_by()
+def _has_files(model: type[models.Model], alias: str) -> str:
+    """SQL: whether the row has a stored file (few do: they are parsed and copied)."""
+    names = [f"{alias}.{quote(f.column)} <> ''" for f in _file_fields(model)]
+    return f"({' OR '.join(names)})" if names else "false"
+
+
+def _file_fields(model: type[models.Model]) -> list[models.FileField]:
+    return [f for f in model._meta.concrete_fields if isinstance(f, models.FileField)]
+
+
+# PostgreSQL writes each row's JSON (`to_jsonb`): every column, those added later included (the
+# audit hashes, say), with no per-column work here.
+def _job_rows_sql() -> str:
+    job = ExtractionJob._meta
+    indexed = ", ".join(f"j.{quote(job.get_field(name).column)}" for name in INDEXED)
+    return (
+        f"SELECT {indexed}, {_has_files(ExtractionJob, 'j')}, to_jsonb(j)::text "
+        f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s) ORDER BY j.id"
     )
-    for row in rows:
-        summary[row.pop("event__job_id")][row.pop("state")] = row
-    return summary
 
 
-def _rows_with_files(document: dict) -> Iterator[tuple[str, type[models.Model], dict]]:
-    yield "jobs", ExtractionJob, document["job"]
-    for key, model, _order in CHILDREN:
-        for row in document[key]:
-            yield key, model, row
+def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
+    job = quote(model._meta.get_field("job").column)
+    ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
+    return (
+        f"SELECT c.{job}, {_has_files(model, 'c')}, to_jsonb(c)::text FROM {table(model)} c "
+        f"WHERE c.{job} = ANY(%s) ORDER BY c.{job}, {ordering}"
+    )
 
 
-def _attach_files(
-    model: type[models.Model], row: dict, folder: str, attachments: list[StoredFile]
-) -> None:
-    """Copy the row's stored files into the archive; the row says where each went."""
-    for file_field in model._meta.concrete_fields:
-        if isinstance(file_field, models.FileField) and row[file_field.attname]:
-            name = row[file_field.attname]
+def _deliveries_sql() -> str:
+    """Per job: how many deliveries, and per state their count, attempts and last delivery."""
+    event = quote(WebhookDelivery._meta.get_field("event").column)
+    job = quote(JobEvent._meta.get_field("job").column)
+    return (
+        "SELECT job_id, sum(count)::bigint, jsonb_object_agg(state, jsonb_build_object("
+        "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
+        "FROM "
+        f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
+        "max(d.delivered_at) AS last_delivered_at "
+        f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
+        f"WHERE e.{job} = ANY(%s) GROUP BY 1, 2) s GROUP BY job_id ORDER BY job_id"
+    )
+
+
+def _with_files(
+    model: type[models.Model], has_files: bool, row: str, folder: str, attachments: list
+) -> str:
+    """The row's JSON; with its stored files copied into the archive, and where each went."""
+    if not has_files:
+        return row
+    values = orjson.loads(row)
+    for file_field in _file_fields(model):
+        if name := values[file_field.column]:
             stored = copy_file(file_field.storage, name, f"{folder}/{name}")
-            row.setdefault("archived_files", {})[file_field.attname] = {
+            values.setdefault("archived_files", {})[file_field.column] = {
                 "path": stored.path,
                 "sha256": stored.sha256,
                 "bytes": stored.bytes,
             }
             attachments.append(stored)
+    return orjson.dumps(values).decode()
 
 
-def _entry(job: dict, line: int, offset: int) -> ArchivedJob:
+def _entry(job: dict[str, Any], line: int, offset: int) -> ArchivedJob:
     return ArchivedJob(
         job_id=job["id"],
         file_id=job["file_id"],

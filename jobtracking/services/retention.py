@@ -14,8 +14,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from jobtracking import states
+from jobtracking.infra.rows import any_of
 from jobtracking.models import (
-    ArchivedJob,
     Batch,
     ExtractionJob,
     ExtractionResult,
@@ -23,7 +23,7 @@ from jobtracking.models import (
     JobStatusChange,
     WebhookDelivery,
 )
-from jobtracking.services.archive import ArchiveRun, jobs_archive
+from jobtracking.services.archive import ArchiveRun, archived_jobs_insert, jobs_archive
 
 
 def purgeable_jobs() -> QuerySet[ExtractionJob]:
@@ -48,36 +48,37 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
         # a requeued job deleted with its history.
         doomed = list(
             purgeable_jobs()
-            .filter(pk__in=ids)
+            .filter(pk__in=any_of(ids, "uuid"))
             .select_for_update(skip_locked=True)
             .values_list("pk", flat=True)
         )
+        locked = any_of(doomed, "uuid")
         # Under the row locks: the record archived is the job deleted. What waits meanwhile
         # is only a requeue of a job past retention, for one chunk's write.
         if settings.JOBS_ARCHIVE_BEFORE_PURGE and doomed:
-            ArchivedJob.objects.bulk_create(jobs_archive(job_ids=doomed, run=run or ArchiveRun()))
+            archived_jobs_insert(jobs_archive(job_ids=doomed, run=run or ArchiveRun()))
         files = list(
-            ExtractionJob.objects.filter(pk__in=doomed)
+            ExtractionJob.objects.filter(pk__in=locked)
             .exclude(upload="")
             .values_list("upload", flat=True)
         )
         files += list(
-            ExtractionResult.objects.filter(job_id__in=doomed)
+            ExtractionResult.objects.filter(job_id__in=locked)
             .exclude(payload_file="")
             .values_list("payload_file", flat=True)
         )
         # Children first, each one DELETE statement. QuerySet.delete() would load every job and
         # event into memory to cascade; with the children gone there is nothing to cascade to.
-        WebhookDelivery.objects.filter(event__job_id__in=doomed).delete()
+        WebhookDelivery.objects.filter(event__job_id__in=locked).delete()
         for model in (JobEvent, JobStatusChange, ExtractionResult):
-            _delete_rows(model.objects.filter(job_id__in=doomed))
+            _delete_rows(model.objects.filter(job_id__in=locked))
         batches = set(
-            ExtractionJob.objects.filter(pk__in=doomed, batch__isnull=False).values_list(
+            ExtractionJob.objects.filter(pk__in=locked, batch__isnull=False).values_list(
                 "batch_id", flat=True
             )
         )
         # The same predicate again at the moment of the DELETE.
-        deleted = _delete_rows(purgeable_jobs().filter(pk__in=doomed))
+        deleted = _delete_rows(purgeable_jobs().filter(pk__in=locked))
         _batches_purge(batches)
         transaction.on_commit(lambda: [default_storage.delete(name) for name in files])
     return deleted
