@@ -3,7 +3,6 @@ one gzip member per line so that one record is read back from its byte offset wi
 decompressing the file before it (`gzip` and `zcat` still read the file whole), and the
 read-back check that lets a purge trust a file before it deletes anything on its word."""
 
-import gzip
 import hashlib
 import tempfile
 import zlib
@@ -23,6 +22,8 @@ SPOOL_MAX_BYTES = 8 * 1024 * 1024
 # zlib's fastest level: JSON still shrinks several times over, and the purge is not slowed.
 COMPRESS_LEVEL = 1
 READ_CHUNK = 64 * 1024
+# zlib's window bits for a gzip member (header and trailer around the deflate stream).
+GZIP_WBITS = 31
 
 
 class ArchiveError(Exception):
@@ -73,7 +74,8 @@ class LinesWriter:
 
     def add(self, document: bytes) -> tuple[int, int]:
         """Append one JSON document; returns its line number and its member's byte offset."""
-        member = gzip.compress(document + b"\n", COMPRESS_LEVEL, mtime=0)
+        deflate = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, GZIP_WBITS)
+        member = deflate.compress(document + b"\n") + deflate.flush()
         self._spool.write(member)
         self._digest.update(member)
         line, offset = self.lines, self.size
@@ -116,7 +118,7 @@ def _checked(saved: str, expected: str, size: int) -> StoredFile:
 
 def read_line(storage_name: str, path: str, offset: int) -> bytes:
     """One archived line (a JSON document): its gzip member, from `offset` to its end."""
-    inflater = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
+    inflater = zlib.decompressobj(wbits=GZIP_WBITS)
     parts = []
     with storages[storage_name].open(path, "rb") as stored:
         stored.seek(offset)
