@@ -5,11 +5,14 @@ import gzip
 import hashlib
 import io
 import json
+import uuid
 
 import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
 
 from jobtracking.infra import archive_storage
 from jobtracking.models import (
@@ -19,7 +22,7 @@ from jobtracking.models import (
     JobEvent,
     JobStatusChange,
 )
-from jobtracking.selectors import archived_job_record
+from jobtracking.selectors import archived_job_record, archived_job_search
 from jobtracking.services import SYSTEM, job_cancel
 from jobtracking.services.archive import ArchiveRun
 from jobtracking.services.retention import jobs_purge
@@ -138,3 +141,32 @@ def test_purge_without_archiving_writes_nothing(archive, settings):
     job = finished_job()
     assert jobs_purge(ids=[job.pk]) == 1
     assert not ArchivedJob.objects.exists() and not archive.exists()
+
+
+def test_what_happened_to_a_file_is_an_index_lookup_in_the_archive():
+    # Enough rows, analysed, that the planner weighs its indexes.
+    now = timezone.now()
+    ArchivedJob.objects.bulk_create(
+        ArchivedJob(
+            job_id=uuid.uuid4(),
+            file_id=f"file-{n}",
+            external_job_id=f"ext-{n}",
+            status="succeeded",
+            created_at=now,
+            archived_at=now,
+            storage="archive",
+            path="jobs/x.jsonl.gz",
+            line=n,
+            offset=n,
+            manifest="jobs/x.manifest.json",
+        )
+        for n in range(5000)
+    )
+    query = archived_job_search(ArchivedJob.objects.all(), "file-7")
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {ArchivedJob._meta.db_table}")
+        sql, params = query.query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "archived_file_id_idx" in plan and "archived_external_id_idx" in plan
+    assert "Seq Scan" not in plan
