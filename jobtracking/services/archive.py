@@ -96,10 +96,10 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
     with _Streams() as streams:
         jobs = streams.open(_job_rows_sql(), ids)
         children = {
-            key: _Children(streams.open(_rows_sql(model, order), ids))
+            key: _PerJob(streams.open(_rows_sql(model, order), ids))
             for key, model, order in CHILDREN
         }
-        deliveries = _Children(streams.open(_deliveries_sql(), ids))
+        deliveries = _PerJob(streams.open(_deliveries_sql(), ids))
         for *indexed, has_files, job_json in jobs:
             job = dict(zip(INDEXED, indexed, strict=True))
             day = job["created_at"].astimezone(UTC).date()
@@ -122,8 +122,8 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
 def _record(
     job: dict[str, Any],
     job_row: tuple[bool, str],
-    children: dict[str, "_Children"],
-    deliveries: "_Children",
+    children: dict[str, "_PerJob"],
+    deliveries: "_PerJob",
     part: _DayPart,
     day: date,
 ) -> str:
@@ -133,15 +133,12 @@ def _record(
     record.append(_with_files(ExtractionJob, *job_row, files, part.attachments))
     part.counts["jobs"] += 1
     for key, model, _order in CHILDREN:
-        rows = [
-            _with_files(model, has_files, row, files, part.attachments)
-            for has_files, row in children[key].take(job["id"])
-        ]
-        part.counts[key] += len(rows)
-        record += [f',"{key}":[', ",".join(rows), "]"]
-    summary = deliveries.take(job["id"])
-    part.counts["deliveries"] += sum(count for count, _states in summary)
-    record += [',"deliveries":', summary[0][1] if summary else "{}", "}"]
+        count, has_files, rows = children[key].get(job["id"]) or (0, False, "[]")
+        part.counts[key] += count
+        record += [f',"{key}":', _with_files(model, has_files, rows, files, part.attachments)]
+    count, _has_files, summary = deliveries.get(job["id"]) or (0, False, "{}")
+    part.counts["deliveries"] += count
+    record += [',"deliveries":', summary, "}"]
     return "".join(record)
 
 
@@ -181,19 +178,18 @@ class _Streams:
             cursor.close()
 
 
-class _Children:
-    """Rows ordered by job id (the first column), handed out a job at a time."""
+class _PerJob:
+    """One row per job, ordered by job id (the first column), looked up in the same order."""
 
     def __init__(self, rows: Iterator[tuple]) -> None:
         self._rows = rows
         self._next = next(self._rows, None)
 
-    def take(self, job_id) -> list[tuple]:
-        taken = []
-        while self._next is not None and self._next[0] == job_id:
-            taken.append(self._next[1:])
-            self._next = next(self._rows, None)
-        return taken
+    def get(self, job_id) -> tuple | None:
+        if self._next is None or self._next[0] != job_id:
+            return None
+        found, self._next = self._next[1:], next(self._rows, None)
+        return found
 
 
 def _has_files(model: type[models.Model], alias: str) -> str:
@@ -206,13 +202,14 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
     return [f for f in model._meta.concrete_fields if isinstance(f, models.FileField)]
 
 
-# PostgreSQL writes each row's JSON (`to_jsonb`): every column, those added later included (the
-# audit hashes, say), with no per-column work here.
+# PostgreSQL writes each row's JSON (`row_to_json`, and `array_to_json` for a job's children
+# in their order): every column, those added later included (the audit hashes, say), with no
+# per-column work here.
 def _job_rows_sql() -> str:
     job = ExtractionJob._meta
     indexed = ", ".join(f"j.{quote(job.get_field(name).column)}" for name in INDEXED)
     return (
-        f"SELECT {indexed}, {_has_files(ExtractionJob, 'j')}, to_jsonb(j)::text "
+        f"SELECT {indexed}, {_has_files(ExtractionJob, 'j')}, row_to_json(j)::text "
         f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s) ORDER BY j.id"
     )
 
@@ -221,8 +218,10 @@ def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
     job = quote(model._meta.get_field("job").column)
     ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
     return (
-        f"SELECT c.{job}, {_has_files(model, 'c')}, to_jsonb(c)::text FROM {table(model)} c "
-        f"WHERE c.{job} = ANY(%s) ORDER BY c.{job}, {ordering}"
+        f"SELECT c.{job}, count(*), bool_or({_has_files(model, 'c')}), "
+        # array_to_json, not json_agg, which puts line breaks between elements.
+        f"array_to_json(array_agg(c ORDER BY {ordering}))::text FROM {table(model)} c "
+        f"WHERE c.{job} = ANY(%s) GROUP BY c.{job} ORDER BY c.{job}"
     )
 
 
@@ -231,7 +230,7 @@ def _deliveries_sql() -> str:
     event = quote(WebhookDelivery._meta.get_field("event").column)
     job = quote(JobEvent._meta.get_field("job").column)
     return (
-        "SELECT job_id, sum(count)::bigint, jsonb_object_agg(state, jsonb_build_object("
+        "SELECT job_id, sum(count)::bigint, false, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
         "FROM "
         f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
@@ -242,21 +241,23 @@ def _deliveries_sql() -> str:
 
 
 def _with_files(
-    model: type[models.Model], has_files: bool, row: str, folder: str, attachments: list
+    model: type[models.Model], has_files: bool, rows: str, folder: str, attachments: list
 ) -> str:
-    """The row's JSON; with its stored files copied into the archive, and where each went."""
+    """The JSON of a row (or of a list of rows), with their stored files copied into the
+    archive and where each went (`archived_files`)."""
     if not has_files:
-        return row
-    values = orjson.loads(row)
-    for file_field in _file_fields(model):
-        if name := values[file_field.column]:
-            stored = copy_file(file_field.storage, name, f"{folder}/{name}")
-            values.setdefault("archived_files", {})[file_field.column] = {
-                "path": stored.path,
-                "sha256": stored.sha256,
-                "bytes": stored.bytes,
-            }
-            attachments.append(stored)
+        return rows
+    values = orjson.loads(rows)
+    for row in values if isinstance(values, list) else [values]:
+        for file_field in _file_fields(model):
+            if name := row[file_field.column]:
+                stored = copy_file(file_field.storage, name, f"{folder}/{name}")
+                row.setdefault("archived_files", {})[file_field.column] = {
+                    "path": stored.path,
+                    "sha256": stored.sha256,
+                    "bytes": stored.bytes,
+                }
+                attachments.append(stored)
     return orjson.dumps(values).decode()
 
 
