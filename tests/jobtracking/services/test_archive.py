@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
+from jobtracking.engine.tasks import purge_expired_jobs
 from jobtracking.infra import archive_storage
 from jobtracking.models import (
     ArchivedJob,
@@ -170,3 +171,12 @@ def test_what_happened_to_a_file_is_an_index_lookup_in_the_archive():
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "archived_file_id_idx" in plan and "archived_external_id_idx" in plan
     assert "Seq Scan" not in plan
+
+
+def test_the_daily_purge_archives_everything_as_one_run(archive):
+    for n in range(3):
+        finished_job(f"daily-{n}")
+    assert purge_expired_jobs() == 3
+    assert not ExtractionJob.objects.exists()
+    runs = {e.path.rsplit("/", 1)[1].rsplit("-", 1)[0] for e in ArchivedJob.objects.all()}
+    assert len(runs) == 1 and ArchivedJob.objects.count() == 3
