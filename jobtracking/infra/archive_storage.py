@@ -7,9 +7,6 @@ import hashlib
 import tempfile
 import zlib
 from dataclasses import dataclass
-from datetime import timedelta
-from decimal import Decimal
-from typing import Any
 
 import orjson
 from django.core.files import File
@@ -32,17 +29,6 @@ class ArchiveError(Exception):
 
 def archive_storage() -> Storage:
     return storages[ARCHIVE_STORAGE]
-
-
-def _plain(value: Any) -> Any:
-    """What orjson cannot write itself: columns of types added later must not stop a purge."""
-    if isinstance(value, bytes | memoryview):
-        return bytes(value).hex()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    raise TypeError(f"cannot archive a {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -94,7 +80,7 @@ class LinesWriter:
 
 def save_manifest(path: str, manifest: dict) -> StoredFile:
     """Store a manifest, read it back and check its SHA-256, as the files it lists were."""
-    content = orjson.dumps(manifest, default=_plain, option=orjson.OPT_INDENT_2)
+    content = orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
     saved = archive_storage().save(path, ContentFile(content))
     return _checked(saved, hashlib.sha256(content).hexdigest(), len(content))
 
