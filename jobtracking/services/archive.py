@@ -9,10 +9,11 @@ and a job's id alone says which folder holds it. A run's day is written in parts
 of the purge, each with its own manifest, so that a chunk's jobs are deleted as soon as their own
 file is confirmed, never held until the rest of the day is written.
 
-PostgreSQL serialises each row whole (`to_jsonb`), so a column added later (the audit hashes,
-say) is archived without a change here. The jobs and each kind of child are read in job id
-order through server-side cursors and merged, a few hundred rows in memory at a time, and each
-record is put together from their JSON texts as they are."""
+PostgreSQL serialises each row whole (`row_to_json`), so a column added later (the audit
+hashes, say) is archived without a change here. The jobs, and each kind of child aggregated to
+one JSON array per job, are read in job id order through server-side cursors and merged, a few
+hundred rows in memory at a time; each record is put together from their JSON texts as they
+are."""
 
 import secrets
 from collections import defaultdict
