@@ -385,5 +385,8 @@ JOBS_RETENTION_DAYS = {
     "cancelled": env_days("JOBS_RETENTION_CANCELLED_DAYS", 90),
 }
 # Purged jobs are first written to the "archive" storage; off only where no record must outlive
-# retention (and for the benchmark that compares the two).
-JOBS_ARCHIVE_BEFORE_PURGE = env_bool("JOBS_ARCHIVE_BEFORE_PURGE", True)
+# retention (and for the benchmark that compares the two). The archive needs PostgreSQL: the
+# zero-setup SQLite run purges without it.
+JOBS_ARCHIVE_BEFORE_PURGE = env_bool(
+    "JOBS_ARCHIVE_BEFORE_PURGE", DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+)

@@ -353,10 +353,13 @@ def _from_json(model: type[models.Model], alias: str, fields: tuple, *, many: bo
     )
 
 
-def any_of(values: list, db_type: str) -> RawSQL:
+def any_of(values: list, db_type: str) -> RawSQL | list:
     """For `field__in=`: the values as one array parameter (`IN (SELECT unnest(%s::type[]))`),
     where a list binds each value as a parameter of its own, which at a purge's thousands of
-    ids costs more to build and bind than the statement costs to run."""
+    ids costs more to build and bind than the statement costs to run. The list itself on a
+    database without arrays (SQLite)."""
+    if _connection().vendor != "postgresql":
+        return list(values)
     return RawSQL(f"SELECT unnest(%s::{db_type}[])", [list(values)])
 
 

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from jobtracking.infra.archive_storage import (
     ARCHIVE_STORAGE,
+    ArchiveError,
     LinesWriter,
     StoredFile,
     copy_file,
@@ -91,6 +92,8 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
     checked (`ArchiveError` otherwise: then nothing may be deleted). Returns the index rows,
     unsaved: the caller saves them in the transaction that deletes the jobs, so the index lists
     exactly the purged jobs. Call it with the jobs locked, so the record is what is deleted."""
+    if connection.vendor != "postgresql":
+        raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
     run.parts += 1
     days: dict[date, _DayPart] = {}
     ids = [list(job_ids)]
