@@ -180,3 +180,16 @@ def test_the_daily_purge_archives_everything_as_one_run(archive):
     assert not ExtractionJob.objects.exists()
     runs = {e.path.rsplit("/", 1)[1].rsplit("-", 1)[0] for e in ArchivedJob.objects.all()}
     assert len(runs) == 1 and ArchivedJob.objects.count() == 3
+
+
+def test_a_column_added_later_is_archived_with_no_code_change(archive):
+    """As the audit's hash columns will be: a column the models do not know yet."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE {JobStatusChange._meta.db_table} "
+            "ADD COLUMN row_hash bytea NOT NULL DEFAULT '\\x0102ff'::bytea"
+        )
+    job = finished_job()
+    assert jobs_purge(ids=[job.pk]) == 1
+    record = json.loads(archived_job_record(ArchivedJob.objects.get(pk=job.pk)))
+    assert [row["row_hash"] for row in record["status_changes"]] == ["\\x0102ff"] * 2
