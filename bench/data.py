@@ -84,3 +84,53 @@ def add_batch_jobs(
             count,
         ],
     )
+
+
+def add_finished_jobs_with_history(extractor_id: int, count: int, prefix: str) -> int:
+    """`count` terminal jobs (as `add_terminal_jobs`, created within the last two days, as one
+    day's purge finds them), each with four status changes and two events, and an inline result
+    for each succeeded one. Returns the number of rows written (jobs included)."""
+    _insert(
+        "status_id, error_code, created_at, completed_at",
+        "CASE WHEN n %% 10 = 0 THEN 'failed' ELSE 'succeeded' END, "
+        "CASE WHEN n %% 10 = 0 THEN 'extraction_failed' ELSE '' END, "
+        "now() - interval '1 minute' - (n %% 172800) * interval '1 second', "
+        "now() - interval '1 minute' - (n %% 172800) * interval '1 second' + interval '5 s'",
+        "doc",
+        [extractor_id, prefix, count],
+    )
+    jobs = (
+        f"FROM {ExtractionJob._meta.db_table} AS j WHERE j.extractor_id = %s "
+        "AND j.file_id LIKE %s || '%%'"
+    )
+    statements = [
+        "INSERT INTO jobtracking_jobstatuschange "
+        "(job_id, from_status_id, to_status_id, attempt, changed_at, actor_type, reason, details) "
+        "SELECT j.id, v.from_status, coalesce(v.to_status, j.status_id), 1, "
+        "j.created_at + v.step * interval '1 second', 'system', '', "
+        '\'{"external_status": "running"}\' '
+        "FROM (VALUES (0, NULL, 'pending'), (1, 'pending', 'submitting'), "
+        "(2, 'submitting', 'submitted'), (3, 'submitted', NULL)) "
+        "AS v(step, from_status, to_status) "
+        f"CROSS JOIN LATERAL (SELECT j.* {jobs}) AS j",
+        "INSERT INTO jobtracking_jobevent (event_id, job_id, type, payload, created_at) "
+        "SELECT gen_random_uuid(), j.id, v.type, "
+        "jsonb_build_object('id', j.id, 'file_id', j.file_id, 'status', j.status_id), "
+        "j.created_at FROM (VALUES ('job.created'), ('job.submitted')) AS v(type) "
+        f"CROSS JOIN LATERAL (SELECT j.* {jobs}) AS j",
+        "INSERT INTO jobtracking_extractionresult (job_id, attempt, payload, payload_file, "
+        "content_sha256, size_bytes, page_count, model_version, received_at, made_safe, "
+        "original_file, original_sha256) "
+        "SELECT j.id, 1, jsonb_build_object('pages', jsonb_build_array(jsonb_build_object("
+        "'number', 1, 'text', repeat('Total grant expenditure ' || j.file_id || '. ', 20)))), "
+        "'', repeat('0', 64), 1000, 1, 'bench-1', j.completed_at, '[]', '', '' "
+        f"{jobs} AND j.status_id = 'succeeded'",
+    ]
+    written = count
+    with connection.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement, [extractor_id, prefix])
+            written += cursor.rowcount
+        for table in ("jobstatuschange", "jobevent", "extractionresult"):
+            cursor.execute(f"ANALYZE jobtracking_{table}")
+    return written

@@ -796,3 +796,44 @@ class ReceiverHealth(Circuit):
 
     def __str__(self) -> str:
         return f"{self.subscription_id}: {self.state}"
+
+
+class ArchivedJob(models.Model):
+    """Where a purged job's record is: written in the transaction that deletes the job, after the
+    archive's manifest confirmed the file (`jobtracking.services.archive`). So a purged job stays
+    findable by its id or its file, and its record can be read back."""
+
+    job_id = models.UUIDField(primary_key=True)
+    file_id = models.CharField(max_length=255)
+    external_job_id = models.CharField(max_length=255, blank=True)
+    # Kept so that the one scoping rule (`selectors.visible`) applies to purged jobs too.
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
+    status = models.CharField(max_length=20)
+    created_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField()
+    storage = models.CharField(max_length=50, help_text="The name of the Django storage.")
+    path = models.CharField(max_length=500, help_text="The archive file, in that storage.")
+    line = models.PositiveIntegerField(help_text="The record's line in the file (from 0).")
+    offset = models.BigIntegerField(help_text="Where the record's gzip member starts (bytes).")
+    manifest = models.CharField(max_length=500, help_text="The manifest that confirmed the file.")
+
+    class Meta:
+        permissions = [
+            ("download_archived_job", "Can download the archived record of a purged job"),
+        ]
+        indexes = [
+            models.Index(fields=["file_id"], name="archived_file_id_idx"),
+            models.Index(fields=["external_job_id"], name="archived_external_id_idx"),
+            models.Index(fields=["requested_by", "archived_at"], name="archived_requester_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} (archived {self.archived_at:%Y-%m-%d})"

@@ -20,10 +20,12 @@ from django_q.models import OrmQ, Schedule
 from django_q.utils import get_func_repr
 
 from jobtracking import batch_states, states
+from jobtracking.infra.archive_storage import read_line
 from jobtracking.infra.queue import KIND_ORDER, task_kind
 from jobtracking.models import (
     SHORT_ID,
     TURNAROUND,
+    ArchivedJob,
     Batch,
     DeliveryAttempt,
     ExtractionJob,
@@ -83,6 +85,24 @@ def job_search(jobs: QuerySet[ExtractionJob], term: str) -> QuerySet[ExtractionJ
         jobs = jobs.alias(short_id=SHORT_ID)
         query |= Q(short_id=term.lower())
     return jobs.filter(query)
+
+
+def archived_job_list(*, user: AbstractBaseUser) -> QuerySet[ArchivedJob]:
+    """The purged jobs `user` may see (`visible`: the same rule as for live jobs)."""
+    return visible(ArchivedJob.objects.order_by("-archived_at"), user=user, via="")
+
+
+def archived_job_search(entries: QuerySet[ArchivedJob], term: str) -> QuerySet[ArchivedJob]:
+    """Purged jobs whose id, file id or external id is `term`: each one an index lookup."""
+    query = Q(file_id=term) | Q(external_job_id=term)
+    with contextlib.suppress(ValueError):
+        query |= Q(pk=uuid.UUID(term))
+    return entries.filter(query)
+
+
+def archived_job_record(entry: ArchivedJob) -> bytes:
+    """The purged job's archived record: one JSON document, read from its place in the archive."""
+    return read_line(entry.storage, entry.path, entry.offset)
 
 
 def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEvent]:

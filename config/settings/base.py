@@ -166,9 +166,31 @@ STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "staticfiles"
 MEDIA_URL = "media/"
 MEDIA_ROOT = Path(os.environ.get("DJANGO_MEDIA_ROOT", BASE_DIR / "media"))
 
+
+def archive_storage() -> dict:
+    """Where `purge_jobs` archives jobs before deleting them (docs/archive.md): an S3 bucket
+    when `ARCHIVE_S3_BUCKET` is set (credentials from boto3's usual environment, never from
+    here), else local files under `DJANGO_ARCHIVE_ROOT`."""
+    if bucket := os.environ.get("ARCHIVE_S3_BUCKET"):
+        return {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": bucket,
+                "location": os.environ.get("ARCHIVE_S3_PREFIX", ""),
+                "endpoint_url": os.environ.get("ARCHIVE_S3_ENDPOINT_URL") or None,
+                "region_name": os.environ.get("ARCHIVE_S3_REGION") or None,
+                # An archive file is never replaced: a name taken gets a suffix instead.
+                "file_overwrite": False,
+            },
+        }
+    root = Path(os.environ.get("DJANGO_ARCHIVE_ROOT", BASE_DIR / "archive"))
+    return {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": root}}
+
+
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "archive": archive_storage(),
 }
 
 # django-q2 on the ORM broker. A task that outlives `retry` is handed to a second worker,
@@ -369,3 +391,9 @@ JOBS_RETENTION_DAYS = {
     "timed_out": env_days("JOBS_RETENTION_TIMED_OUT_DAYS", 180),
     "cancelled": env_days("JOBS_RETENTION_CANCELLED_DAYS", 90),
 }
+# Purged jobs are first written to the "archive" storage; off only where no record must outlive
+# retention (and for the benchmark that compares the two). The archive needs PostgreSQL: the
+# zero-setup SQLite run purges without it.
+JOBS_ARCHIVE_BEFORE_PURGE = env_bool(
+    "JOBS_ARCHIVE_BEFORE_PURGE", DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+)

@@ -6,6 +6,7 @@ from config.settings.base import (
     DATABASES,
     INSTALLED_APPS,
     Q_CLUSTER,
+    STORAGES,
     env_bool,
     env_required,
 )
@@ -21,6 +22,13 @@ SECRET_KEY = "test-only-not-secret"
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEDIA_ROOT = BASE_DIR / ".test-media"
+STORAGES = {
+    **STORAGES,
+    "archive": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": BASE_DIR / ".test-archive"},
+    },
+}
 # Unit tests run tasks inline; the end-to-end tests start real clusters with Q_SYNC=0.
 Q_CLUSTER = {**Q_CLUSTER, "sync": env_bool("Q_SYNC", True)}
 # Names the tests use for files and webhooks; they do not resolve here.

@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from jobtracking import states
+from jobtracking.admin.archived import ArchivedJobViews
 from jobtracking.admin.common import (
     STATUS_LABELS,
     DateRangeFilter,
@@ -98,7 +99,7 @@ def chosen_priority(request) -> Priority | None:
 
 
 @admin.register(ExtractionJob)
-class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
+class ExtractionJobAdmin(ArchivedJobViews, JobPageViews, ReadOnlyAdmin):
     list_display = [
         "short_id",
         "file",
@@ -122,7 +123,8 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
     search_fields = ["file_id"]
     search_help_text = (
         "A job id (whole, or the 12 characters shown in the list), a file id or external id "
-        "(exact), or the start of a file name."
+        "(exact), or the start of a file name. Purged jobs are found by id, file id or external "
+        "id, in the archive."
     )
     list_select_related = ["extractor"]
     list_per_page = 50
@@ -244,6 +246,8 @@ class ExtractionJobAdmin(JobPageViews, ReadOnlyAdmin):
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
+        if term:
+            self.archived_search_messages(request, term)
         return (job_search(queryset, term) if term else queryset), False
 
     def has_requeue_permission(self, request) -> bool:

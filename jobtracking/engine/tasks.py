@@ -48,6 +48,7 @@ from jobtracking.infra.logs import job_log_context
 from jobtracking.infra.storable import TooDeepError, safe_text, text_problem
 from jobtracking.models import ExtractionJob, ExtractorHealth
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
+from jobtracking.services.archive import ArchiveRun
 from jobtracking.services.batch_completion import batches_complete_due
 from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.engine import (
@@ -658,10 +659,11 @@ def reap_stuck_jobs() -> dict[str, int]:
 
 
 def purge_expired_jobs() -> int:
-    """Scheduled daily: delete jobs past retention, a batch at a time."""
-    purged = 0
+    """Scheduled daily: archive, then delete, jobs past retention, a batch at a time (one
+    archive run)."""
+    purged, run = 0, ArchiveRun()
     while ids := list(purgeable_jobs().order_by("pk").values_list("pk", flat=True)[:1000]):
-        purged += jobs_purge(ids=ids)
+        purged += jobs_purge(ids=ids, run=run)
     return purged
 
 

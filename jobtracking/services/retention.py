@@ -1,7 +1,7 @@
 """Retention: terminal jobs are deleted, with their history, results, events and files, once they
-are older than the retention window of their status (`JOBS_RETENTION_DAYS`); a batch goes with
-its last job. Upload files no job references (left by a crash or a rolled-back transaction) are
-swept daily."""
+are older than the retention window of their status (`JOBS_RETENTION_DAYS`), after their record
+is archived (`jobtracking.services.archive`); a batch goes with its last job. Upload files no
+job references (left by a crash or a rolled-back transaction) are swept daily."""
 
 import posixpath
 from collections.abc import Iterator
@@ -14,6 +14,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from jobtracking import states
+from jobtracking.infra.rows import any_of
 from jobtracking.models import (
     Batch,
     ExtractionJob,
@@ -22,6 +23,7 @@ from jobtracking.models import (
     JobStatusChange,
     WebhookDelivery,
 )
+from jobtracking.services.archive import ArchiveRun, archived_jobs_insert, jobs_archive
 
 
 def purgeable_jobs() -> QuerySet[ExtractionJob]:
@@ -33,42 +35,50 @@ def purgeable_jobs() -> QuerySet[ExtractionJob]:
     return ExtractionJob.objects.filter(past_retention)
 
 
-def jobs_purge(*, ids: list) -> int:
-    """Delete these jobs and everything that hangs off them in one short transaction (a batch
-    at a time keeps locks short and memory bounded); their files go once it has committed.
-    Only jobs still past retention are deleted. Returns the number of jobs deleted."""
+def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
+    """Archive these jobs (as part of `run`, a new one by default), then delete them and
+    everything that hangs off them in one short transaction (a batch at a time keeps locks
+    short and memory bounded); their files go once it has committed. Only jobs still past
+    retention are deleted, and only once the archive's manifest has confirmed their record
+    (`JOBS_ARCHIVE_BEFORE_PURGE`): an archive that fails raises, and deletes nothing. Returns
+    the number of jobs deleted."""
     with transaction.atomic():
         # Locked: a requeue (or any transition) racing this purge either got its row lock first,
         # and the job is skipped, or waits for this transaction and finds the job gone. Never
         # a requeued job deleted with its history.
         doomed = list(
             purgeable_jobs()
-            .filter(pk__in=ids)
+            .filter(pk__in=any_of(ids, "uuid"))
             .select_for_update(skip_locked=True)
             .values_list("pk", flat=True)
         )
+        locked = any_of(doomed, "uuid")
+        # Under the row locks: the record archived is the job deleted. What waits meanwhile
+        # is only a requeue of a job past retention, for one chunk's write.
+        if settings.JOBS_ARCHIVE_BEFORE_PURGE and doomed:
+            archived_jobs_insert(jobs_archive(job_ids=doomed, run=run or ArchiveRun()))
         files = list(
-            ExtractionJob.objects.filter(pk__in=doomed)
+            ExtractionJob.objects.filter(pk__in=locked)
             .exclude(upload="")
             .values_list("upload", flat=True)
         )
         files += list(
-            ExtractionResult.objects.filter(job_id__in=doomed)
+            ExtractionResult.objects.filter(job_id__in=locked)
             .exclude(payload_file="")
             .values_list("payload_file", flat=True)
         )
         # Children first, each one DELETE statement. QuerySet.delete() would load every job and
         # event into memory to cascade; with the children gone there is nothing to cascade to.
-        WebhookDelivery.objects.filter(event__job_id__in=doomed).delete()
+        WebhookDelivery.objects.filter(event__job_id__in=locked).delete()
         for model in (JobEvent, JobStatusChange, ExtractionResult):
-            _delete_rows(model.objects.filter(job_id__in=doomed))
+            _delete_rows(model.objects.filter(job_id__in=locked))
         batches = set(
-            ExtractionJob.objects.filter(pk__in=doomed, batch__isnull=False).values_list(
+            ExtractionJob.objects.filter(pk__in=locked, batch__isnull=False).values_list(
                 "batch_id", flat=True
             )
         )
         # The same predicate again at the moment of the DELETE.
-        deleted = _delete_rows(purgeable_jobs().filter(pk__in=doomed))
+        deleted = _delete_rows(purgeable_jobs().filter(pk__in=locked))
         _batches_purge(batches)
         transaction.on_commit(lambda: [default_storage.delete(name) for name in files])
     return deleted

@@ -15,3 +15,18 @@ FAST = {
 @pytest.fixture
 def sandbox_extractor(sandbox):
     return ExtractorFactory(slug="sandbox", adapter=Adapter.SANDBOX, base_url=sandbox.url, **FAST)
+
+
+@pytest.fixture
+def archive(settings, tmp_path):
+    """A fresh local archive and media folder; every status purgeable at once."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "archive": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "archive"},
+        },
+    }
+    settings.JOBS_RETENTION_DAYS = dict.fromkeys(settings.JOBS_RETENTION_DAYS, 0)
+    return tmp_path / "archive"

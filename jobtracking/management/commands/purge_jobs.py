@@ -9,14 +9,15 @@ from jobtracking.management.selection import (
     filtered_jobs,
     show_sample,
 )
+from jobtracking.services.archive import ArchiveRun
 from jobtracking.services.retention import jobs_purge, purgeable_jobs
 
 
 class Command(BaseCommand):
     help = (
-        "Delete terminal jobs past their status's retention window (JOBS_RETENTION_DAYS), with "
-        "their history, results, events and files, in batches. Filters narrow the selection; "
-        "jobs inside the retention window are always kept."
+        "Archive, then delete, terminal jobs past their status's retention window "
+        "(JOBS_RETENTION_DAYS), with their history, results, events and files, in batches. "
+        "Filters narrow the selection; jobs inside the retention window are always kept."
     )
 
     def add_arguments(self, parser):
@@ -33,12 +34,14 @@ class Command(BaseCommand):
         if options["dry_run"]:
             show_sample(self, jobs, total, "purged")
             return
-        purged = 0
+        purged, run = 0, ArchiveRun()
         progress = Progress(self, total, "purged")
         try:
             for ids in batches(jobs, options["batch_size"], options["limit"]):
-                purged += jobs_purge(ids=ids)
+                purged += jobs_purge(ids=ids, run=run)
                 progress.advance(len(ids))
         finally:
             progress.close()
+            if settings.JOBS_ARCHIVE_BEFORE_PURGE:
+                self.stdout.write(f"Archived as run {run.id} in {run.parts} part(s).")
             self.stdout.write(f"Purged {purged} job(s).")
