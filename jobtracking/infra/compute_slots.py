@@ -35,17 +35,17 @@ def slots_path() -> Path:
 
 
 @functools.cache
-def _slots_fd(pid: int) -> int:
+def _slots_fd(path: Path, pid: int) -> int:
     """The lock file, opened once per process (`pid` keeps a forked child from using its parent's
     descriptor: record locks belong to the process that takes them)."""
-    return os.open(slots_path(), os.O_RDWR | os.O_CREAT, 0o600)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 
 
 @contextlib.contextmanager
 def compute_slot() -> Iterator[None]:
     """Hold one of the machine's compute slots for the block: a free one if any, or else wait for
     one (each process starts looking at a slot of its own, so waiters spread over the slots)."""
-    fd = _slots_fd(os.getpid())
+    fd = _slots_fd(slots_path(), os.getpid())
     count = slot_count()
     first = os.getpid() % count
     for slot in [(first + step) % count for step in range(count)]:
