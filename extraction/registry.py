@@ -24,6 +24,11 @@ def result_document(adapter: str, payload: Any) -> Document:
     return ADAPTERS[adapter].document(payload)
 
 
+def billable_pages(adapter: str, payload: Any, content_type: str) -> int:
+    """The pages an extractor with this adapter bills for a stored result, by its own rules."""
+    return ADAPTERS[adapter].billable_pages(payload, content_type)
+
+
 _clients: dict[int, tuple[ClientConfig, ExtractorClient]] = {}
 _lock = threading.Lock()
 

@@ -73,6 +73,7 @@ def _query_value(value: Any) -> str:
 
 class AzureDocumentIntelligenceClient(ExtractorClient):
     document = staticmethod(azure_document.read)
+    billable_pages = staticmethod(azure_document.billable_pages)
     result_ttl = timedelta(hours=24)
 
     def _headers(self) -> dict[str, str]:

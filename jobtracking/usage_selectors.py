@@ -1,0 +1,171 @@
+"""Reads of usage (`services.usage` writes it): a summary over a date range, grouped as asked,
+with pages, billed attempts ("jobs"), and the estimated cost in its currency.
+
+The summary is one statement: the daily sums (`UsageDaily`) plus the rows the rollup has not
+folded yet (a partial index finds them), each grouped in the database, so its cost follows the
+number of days, clients and extractors, not of jobs. Each day's pages are priced at the price in
+force that day (`UsagePrice`: a model's own price before its extractor's price for every model,
+the latest `effective_from` on or before the day), written into the query as one CASE from the
+(short) price table; pages without a price have no cost and no currency."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import (
+    Case,
+    CharField,
+    DecimalField,
+    F,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, TruncMonth
+
+from extraction.models import Extractor
+from jobtracking.models import UsageDaily, UsagePrice, UsageRecord
+from jobtracking.selectors import sees_every_client
+
+GROUPS = ("client", "extractor", "model", "day", "month")
+COST = DecimalField(max_digits=20, decimal_places=6)
+
+
+@dataclass(frozen=True)
+class UsageLine:
+    group: dict[str, Any]  # the requested groups' values: client, extractor (slug), model…
+    pages: int
+    jobs: int  # billed attempts: a requeued job counts once per attempt
+    cost: Decimal | None
+    currency: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.group,
+            "pages": self.pages,
+            "jobs": self.jobs,
+            "cost": self.cost,
+            "currency": self.currency,
+        }
+
+
+def usage_client_scope(user: AbstractBaseUser) -> int | None:
+    """The client whose usage `user` may see (their own), or None for every client's: the
+    job scoping rule (`selectors.visible`) applied to usage."""
+    return None if sees_every_client(user) else user.pk
+
+
+def usage_summary(
+    *, client: int | None, start: date, end: date, group_by: Sequence[str]
+) -> list[UsageLine]:
+    """Usage from `start` to `end` (UTC days, both included) of `client` (None: every client),
+    one line per group of `group_by` (names from `GROUPS`) and currency, in group order."""
+    keys = list(dict.fromkeys(group_by))
+    daily = UsageDaily.objects.filter(day__range=(start, end))
+    fresh = UsageRecord.objects.filter(rolled_up=False, day__range=(start, end)).annotate(
+        client_key=Coalesce("client", 0), attempts=Value(1)
+    )
+    if client is not None:
+        daily, fresh = daily.filter(client_key=client), fresh.filter(client_key=client)
+    price, currency = _price_cases()
+    parts = [_grouped(rows, keys, price, currency) for rows in (daily, fresh)]
+    lines: dict[tuple, list] = {}
+    for row in parts[0].union(parts[1], all=True):
+        *group, currency_code, pages, jobs, cost = row
+        if pages is None:
+            continue  # grouped by constants only (no group, no price): a sum over no rows
+        line = lines.setdefault((*group, currency_code), [0, 0, None])
+        line[0] += pages
+        line[1] += jobs
+        if cost is not None:
+            line[2] = (line[2] or 0) + cost
+    names = _names(keys, lines)
+    return [
+        UsageLine(
+            group={
+                key: names.get((key, value), value) for key, value in zip(keys, group, strict=True)
+            },
+            pages=pages,
+            jobs=jobs,
+            cost=None if cost is None else Decimal(cost).quantize(Decimal("0.0001")),
+            currency=currency_code,
+        )
+        for (*group, currency_code), (pages, jobs, cost) in sorted(
+            lines.items(), key=lambda item: [str(v) for v in item[0]]
+        )
+    ]
+
+
+def _grouped(rows: QuerySet, keys: list[str], price: Case, currency: Case) -> QuerySet:
+    expressions = {
+        "client": F("client_key"),
+        "extractor": F("extractor_id"),
+        "model": F("model_id"),
+        "day": F("day"),
+        "month": TruncMonth("day"),
+    }
+    group = {f"g_{key}": expressions[key] for key in keys}
+    return (
+        rows.annotate(**group, g_currency=currency)
+        .values(*group, "g_currency")
+        .order_by()
+        .annotate(
+            g_pages=Sum("pages"),
+            g_jobs=Sum("attempts"),
+            g_cost=Sum(F("pages") * price / 1000, output_field=COST),
+        )
+        .values_list(*group, "g_currency", "g_pages", "g_jobs", "g_cost")
+    )
+
+
+def _price_cases() -> tuple[Case, Case]:
+    """The price per 1,000 pages and its currency for a row's extractor, model and day, as two
+    CASEs whose first matching WHEN is the price in force (see the module docstring)."""
+    # Per extractor, a model's own prices before its catch-all ones, each latest first.
+    prices = sorted(
+        UsagePrice.objects.all(),
+        key=lambda p: (p.extractor_id, p.model_id == "", p.model_id, -p.effective_from.toordinal()),
+    )
+    conditions = [
+        Q(extractor_id=p.extractor_id, day__gte=p.effective_from)
+        & (Q(model_id=p.model_id) if p.model_id else Q())
+        for p in prices
+    ]
+    price = Case(
+        *[
+            When(c, then=Value(p.price_per_1000_pages))
+            for c, p in zip(conditions, prices, strict=True)
+        ],
+        default=None,
+        output_field=COST,
+    )
+    currency = Case(
+        *[When(c, then=Value(p.currency)) for c, p in zip(conditions, prices, strict=True)],
+        default=None,
+        output_field=CharField(),
+    )
+    return price, currency
+
+
+def _names(keys: list[str], lines: dict) -> dict[tuple[str, Any], Any]:
+    """Readable values for ids: a client's username (None for jobs without a requester), an
+    extractor's slug, a month as YYYY-MM."""
+    names: dict[tuple[str, Any], Any] = {}
+    for index, key in enumerate(keys):
+        values = {group[index] for group in lines}
+        if key == "client":
+            users = get_user_model().objects.filter(pk__in=values)
+            names.update({(key, user.pk): user.get_username() for user in users})
+            names[(key, 0)] = None
+        elif key == "extractor":
+            extractors = Extractor.objects.filter(pk__in=values)
+            names.update({(key, e.pk): e.slug for e in extractors})
+        elif key == "month":
+            names.update({(key, value): f"{value:%Y-%m}" for value in values})
+    return names
