@@ -45,15 +45,6 @@ class UsageLine:
     cost: Decimal | None
     currency: str | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.group,
-            "pages": self.pages,
-            "jobs": self.jobs,
-            "cost": self.cost,
-            "currency": self.currency,
-        }
-
 
 def usage_client_scope(user: AbstractBaseUser) -> int | None:
     """The client whose usage `user` may see (their own), or None for every client's: the
@@ -86,7 +77,7 @@ def usage_summary(
         if cost is not None:
             line[2] = (line[2] or 0) + cost
     names = _names(keys, lines)
-    return [
+    found = [
         UsageLine(
             group={
                 key: names.get((key, value), value) for key, value in zip(keys, group, strict=True)
@@ -96,10 +87,9 @@ def usage_summary(
             cost=None if cost is None else Decimal(cost).quantize(Decimal("0.0001")),
             currency=currency_code,
         )
-        for (*group, currency_code), (pages, jobs, cost) in sorted(
-            lines.items(), key=lambda item: [str(v) for v in item[0]]
-        )
+        for (*group, currency_code), (pages, jobs, cost) in lines.items()
     ]
+    return sorted(found, key=lambda line: [str(v) for v in (*line.group.values(), line.currency)])
 
 
 def _grouped(rows: QuerySet, keys: list[str], price: Case, currency: Case) -> QuerySet:
