@@ -119,7 +119,7 @@ def _price_cases() -> tuple[Case, Case]:
     CASEs whose first matching WHEN is the price in force (see the module docstring)."""
     # Per extractor, a model's own prices before its catch-all ones, each latest first.
     prices = sorted(
-        UsagePrice.objects.all(),
+        UsagePrice.objects.order_by(),
         key=lambda p: (p.extractor_id, p.model_id == "", p.model_id, -p.effective_from.toordinal()),
     )
     conditions = [
@@ -151,11 +151,12 @@ def _names(keys: list[str], lines: dict) -> dict[tuple[str, Any], Any]:
         values = {group[index] for group in lines}
         if key == "client":
             users = get_user_model().objects.filter(pk__in=values)
-            names.update({(key, user.pk): user.get_username() for user in users})
+            field = get_user_model().USERNAME_FIELD
+            names.update({(key, pk): name for pk, name in users.values_list("pk", field)})
             names[(key, 0)] = None
         elif key == "extractor":
             extractors = Extractor.objects.filter(pk__in=values)
-            names.update({(key, e.pk): e.slug for e in extractors})
+            names.update({(key, pk): slug for pk, slug in extractors.values_list("pk", "slug")})
         elif key == "month":
             names.update({(key, value): f"{value:%Y-%m}" for value in values})
     return names
