@@ -5,6 +5,7 @@ view-all permission, every client's."""
 from dataclasses import asdict
 from datetime import UTC, date, datetime, timedelta
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -100,9 +101,11 @@ class UsageView(StrictQueryParameters, APIView):
         tags=["usage"],
         parameters=[
             OpenApiParameter(
-                "from", str, description="YYYY-MM-DD; default the 1st of `to`'s month"
+                "from", OpenApiTypes.DATE, description="YYYY-MM-DD; default the 1st of `to`'s month"
             ),
-            OpenApiParameter("to", str, description="YYYY-MM-DD; default today (UTC)"),
+            OpenApiParameter(
+                "to", OpenApiTypes.DATE, description="YYYY-MM-DD; default today (UTC)"
+            ),
             OpenApiParameter(
                 "group_by",
                 str,
