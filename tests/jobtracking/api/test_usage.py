@@ -88,3 +88,23 @@ def test_usage_refuses_a_bad_query_with_a_problem_naming_the_field(api, query, f
 
 def test_usage_needs_authentication(client):
     assert client.get(URL).status_code in (401, 403)
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [
+        ("group_by=client%00", 400),
+        ("group_by=%ED%A0%80", 400),  # a lone surrogate, as UTF-8 would spell it
+        ("from=0001-01-01&to=9999-12-31", 400),
+        ("from=9999-12-31", 400),
+        ("from=2026-11-01T00:00:00", 400),
+        ("to=0001-01-01", 200),
+        ("from=2026-1-1&to=2026-01-31", 200),
+    ],
+)
+def test_usage_answers_hostile_queries_without_a_server_error(api, query, status):
+    answer = api.get(f"{URL}?{query}")
+
+    assert answer.status_code == status
+    if status == 400:
+        assert answer["Content-Type"].startswith("application/problem+json")
