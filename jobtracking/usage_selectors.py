@@ -84,7 +84,7 @@ def usage_summary(
             },
             pages=pages,
             jobs=jobs,
-            cost=None if cost is None else Decimal(cost).quantize(Decimal("0.0001")),
+            cost=None if cost is None else (Decimal(cost) / 1000).quantize(Decimal("0.0001")),
             currency=currency_code,
         )
         for (*group, currency_code), (pages, jobs, cost) in lines.items()
@@ -108,7 +108,8 @@ def _grouped(rows: QuerySet, keys: list[str], price: Case, currency: Case) -> Qu
         .annotate(
             g_pages=Sum("pages"),
             g_jobs=Sum("attempts"),
-            g_cost=Sum(F("pages") * price / 1000, output_field=COST),
+            # Divided by 1,000 in Python: SQLite would divide integer prices as integers.
+            g_cost=Sum(F("pages") * price, output_field=COST),
         )
         .values_list(*group, "g_currency", "g_pages", "g_jobs", "g_cost")
     )
