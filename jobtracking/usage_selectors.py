@@ -18,9 +18,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import (
     Case,
-    CharField,
-    DecimalField,
     F,
+    IntegerField,
     Q,
     QuerySet,
     Sum,
@@ -34,7 +33,6 @@ from jobtracking.models import UsageDaily, UsagePrice, UsageRecord
 from jobtracking.selectors import sees_every_client
 
 GROUPS = ("client", "extractor", "model", "day", "month")
-COST = DecimalField(max_digits=20, decimal_places=6)
 
 
 @dataclass(frozen=True)
@@ -64,18 +62,19 @@ def usage_summary(
     )
     if client is not None:
         daily, fresh = daily.filter(client_key=client), fresh.filter(client_key=client)
-    price, currency = _price_cases()
-    parts = [_grouped(rows, keys, price, currency) for rows in (daily, fresh)]
+    prices, in_force = _prices()
+    parts = [_grouped(rows, keys, in_force) for rows in (daily, fresh)]
     lines: dict[tuple, list] = {}
     for row in parts[0].union(parts[1], all=True):
-        *group, currency_code, pages, jobs, cost = row
+        *group, price_index, pages, jobs = row
         if pages is None:
             continue  # grouped by constants only (no group, no price): a sum over no rows
-        line = lines.setdefault((*group, currency_code), [0, 0, None])
+        price = prices[price_index] if price_index is not None else None
+        line = lines.setdefault((*group, price and price.currency), [0, 0, None])
         line[0] += pages
         line[1] += jobs
-        if cost is not None:
-            line[2] = (line[2] or 0) + cost
+        if price is not None:
+            line[2] = (line[2] or 0) + pages * price.price_per_1000_pages
     names = _names(keys, lines)
     found = [
         UsageLine(
@@ -84,7 +83,7 @@ def usage_summary(
             },
             pages=pages,
             jobs=jobs,
-            cost=None if cost is None else (Decimal(cost) / 1000).quantize(Decimal("0.0001")),
+            cost=None if cost is None else (cost / 1000).quantize(Decimal("0.0001")),
             currency=currency_code,
         )
         for (*group, currency_code), (pages, jobs, cost) in lines.items()
@@ -92,7 +91,8 @@ def usage_summary(
     return sorted(found, key=lambda line: [str(v) for v in (*line.group.values(), line.currency)])
 
 
-def _grouped(rows: QuerySet, keys: list[str], price: Case, currency: Case) -> QuerySet:
+def _grouped(rows: QuerySet, keys: list[str], in_force: Case) -> QuerySet:
+    """Pages and attempts summed by the groups and the price in force (its index)."""
     expressions = {
         "client": F("client_key"),
         "extractor": F("extractor_id"),
@@ -102,46 +102,36 @@ def _grouped(rows: QuerySet, keys: list[str], price: Case, currency: Case) -> Qu
     }
     group = {f"g_{key}": expressions[key] for key in keys}
     return (
-        rows.annotate(**group, g_currency=currency)
-        .values(*group, "g_currency")
+        rows.annotate(**group, g_price=in_force)
+        .values(*group, "g_price")
         .order_by()
-        .annotate(
-            g_pages=Sum("pages"),
-            g_jobs=Sum("attempts"),
-            # Divided by 1,000 in Python: SQLite would divide integer prices as integers.
-            g_cost=Sum(F("pages") * price, output_field=COST),
-        )
-        .values_list(*group, "g_currency", "g_pages", "g_jobs", "g_cost")
+        .annotate(g_pages=Sum("pages"), g_jobs=Sum("attempts"))
+        .values_list(*group, "g_price", "g_pages", "g_jobs")
     )
 
 
-def _price_cases() -> tuple[Case, Case]:
-    """The price per 1,000 pages and its currency for a row's extractor, model and day, as two
-    CASEs whose first matching WHEN is the price in force (see the module docstring)."""
+def _prices() -> tuple[list[UsagePrice], Case]:
+    """The price table, and a CASE giving a row the index in it of the price in force for the
+    row's extractor, model and day (its first matching WHEN; see the module docstring). Rows
+    are grouped by that index and priced in Python: the database sums pages, never money."""
     # Per extractor, a model's own prices before its catch-all ones, each latest first.
     prices = sorted(
         UsagePrice.objects.order_by(),
         key=lambda p: (p.extractor_id, p.model_id == "", p.model_id, -p.effective_from.toordinal()),
     )
-    conditions = [
-        Q(extractor_id=p.extractor_id, day__gte=p.effective_from)
-        & (Q(model_id=p.model_id) if p.model_id else Q())
-        for p in prices
-    ]
-    price = Case(
+    in_force = Case(
         *[
-            When(c, then=Value(p.price_per_1000_pages))
-            for c, p in zip(conditions, prices, strict=True)
+            When(
+                Q(extractor_id=p.extractor_id, day__gte=p.effective_from)
+                & (Q(model_id=p.model_id) if p.model_id else Q()),
+                then=Value(index),
+            )
+            for index, p in enumerate(prices)
         ],
         default=None,
-        output_field=COST,
+        output_field=IntegerField(),
     )
-    currency = Case(
-        *[When(c, then=Value(p.currency)) for c, p in zip(conditions, prices, strict=True)],
-        default=None,
-        output_field=CharField(),
-    )
-    return price, currency
+    return prices, in_force
 
 
 def _names(keys: list[str], lines: dict) -> dict[tuple[str, Any], Any]:
