@@ -5,10 +5,11 @@ recording against without, in one sitting (run under `PG_DURABLE=1 .ci/with_post
 1. Summary. 10,000,000 usage rows (one per job attempt: 500 clients, 3 extractors, over the last
    365 days) are generated in SQL and folded into daily sums as the rollup folds them, plus an
    unrolled tail of `BENCH_USAGE_TAIL` rows today (what a minute of the engine at full rate
-   leaves between two rollups), with a price per extractor and a model's own price from two
-   weeks ago. It prints the p50 and p95 of `usage_summary` over the last 30 days for every
-   client, grouped by client and by client, extractor and model (target p95 <= 100 ms), and how
-   fast the rollup then folds the tail.
+   leaves between two rollups), with a price per extractor and a model's own price from the
+   first of the month before last. It prints the p50 and p95 of `usage_summary` for every
+   client (target p95 <= 100 ms): last month by client and by client, extractor and model
+   (month sums), this month so far and the last 30 days by client (day sums); then how fast
+   the rollup folds the tail.
 2. Engine. `BENCH_USAGE_JOBS` jobs through the sandbox on a fresh two-worker stack, without usage
    recording (processes on `bench.usage_off_settings`) and with it, alternating for
    `BENCH_USAGE_ROUNDS` rounds; it prints every run's jobs/s, the median of the rounds' ratios
@@ -75,8 +76,14 @@ def fold_generated() -> None:
             "attempts) SELECT day, coalesce(client_id, 0), extractor_id, model_id, sum(pages), "
             "count(*) FROM jobtracking_usagerecord WHERE rolled_up GROUP BY 1, 2, 3, 4"
         )
+        cursor.execute(
+            "INSERT INTO jobtracking_usagemonthly (day, client_key, extractor_id, model_id, "
+            "pages, attempts) SELECT date_trunc('month', day)::date, client_key, extractor_id, "
+            "model_id, sum(pages), sum(attempts) FROM jobtracking_usagedaily GROUP BY 1, 2, 3, 4"
+        )
         cursor.execute("ANALYZE jobtracking_usagerecord")
         cursor.execute("ANALYZE jobtracking_usagedaily")
+        cursor.execute("ANALYZE jobtracking_usagemonthly")
 
 
 def prepare() -> None:
@@ -91,13 +98,17 @@ def prepare() -> None:
     today = datetime.now(UTC).date()
     for n, model in enumerate(("prebuilt-read", "prebuilt-layout", "prebuilt-invoice")):
         extractor = ExtractorFactory(slug=f"usage-bench-{n}", model_id=model)
-        # A price for all its models a year ago, and its model's own from two weeks ago: the
-        # summary prices each day by the one in force.
-        for days_ago, model_id, price in ((DAYS, "", "1.5"), (14, model, "10")):
+        # A price for all its models a year ago, and its model's own from the first of the
+        # month before last: the summary prices each day by the one in force.
+        changed = (today.replace(day=1) - timedelta(days=40)).replace(day=1)
+        for since, model_id, price in (
+            (today - timedelta(days=DAYS), "", "1.5"),
+            (changed, model, "10"),
+        ):
             UsagePrice.objects.create(
                 extractor=extractor,
                 model_id=model_id,
-                effective_from=today - timedelta(days=days_ago),
+                effective_from=since,
                 price_per_1000_pages=Decimal(price),
             )
     started = time.perf_counter()
@@ -114,17 +125,24 @@ def summary_timings() -> None:
     from jobtracking.usage_selectors import usage_summary
 
     today = datetime.now(UTC).date()
-    start = today - timedelta(days=29)  # a month's days, the unrolled tail among them
+    this_month = today.replace(day=1)
+    last_month = (this_month - timedelta(days=1)).replace(day=1)
     print(f"daily rows: {UsageDaily.objects.count():,}; unrolled tail: {TAIL:,} rows")
-    for group_by in (["client"], ["client", "extractor", "model"]):
+    asked = (
+        (last_month, this_month - timedelta(days=1), ["client"]),
+        (last_month, this_month - timedelta(days=1), ["client", "extractor", "model"]),
+        (this_month, today, ["client"]),
+        (today - timedelta(days=29), today, ["client"]),
+    )
+    for start, end, group_by in asked:
         times = []
         for _ in range(QUERIES):
             began = time.perf_counter()
-            lines = usage_summary(client=None, start=start, end=today, group_by=group_by)
+            lines = usage_summary(client=None, start=start, end=end, group_by=group_by)
             times.append(1000 * (time.perf_counter() - began))
         p95 = statistics.quantiles(times, n=20)[-1]
         print(
-            f"summary {start} to {today} by {','.join(group_by)}: {len(lines)} lines, "
+            f"summary {start} to {end} by {','.join(group_by)}: {len(lines)} lines, "
             f"p50 {statistics.median(times):.1f} ms, p95 {p95:.1f} ms "
             f"({p95 / 100:.2f}x the 100 ms target)"
         )

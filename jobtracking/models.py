@@ -865,11 +865,12 @@ class UsageRecord(models.Model):
         return f"{self.job_id} attempt {self.attempt}: {self.pages} pages"
 
 
-class UsageDaily(models.Model):
-    """Usage summed per day, client, extractor and model, from `UsageRecord` rows by the rollup
-    schedule (`services.usage.usage_roll_up`): the only writer, a few times a minute at most, so
-    no engine transaction ever waits on one of these rows. `client_key` is the requester's id,
-    0 for jobs without one (a constraint on a nullable column would never match them)."""
+class UsageSums(models.Model):
+    """Usage summed per period (its first day), client, extractor and model, from `UsageRecord`
+    rows by the rollup schedule (`services.usage.usage_roll_up`): the only writer, a few times a
+    minute at most, so no engine transaction ever waits on one of these rows. `client_key` is
+    the requester's id, 0 for jobs without one (a constraint on a nullable column would never
+    match them)."""
 
     day = models.DateField()
     client_key = models.BigIntegerField()
@@ -881,11 +882,30 @@ class UsageDaily(models.Model):
     attempts = models.BigIntegerField(default=0)
 
     class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.day} client {self.client_key} {self.extractor_id}: {self.pages} pages"
+
+
+class UsageDaily(UsageSums):
+    """Usage per UTC day."""
+
+    class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["day", "client_key", "extractor", "model_id"], name="usage_daily_key"
             )
         ]
 
-    def __str__(self) -> str:
-        return f"{self.day} client {self.client_key} {self.extractor_id}: {self.pages} pages"
+
+class UsageMonthly(UsageSums):
+    """Usage per month (`day`: its first day), written with the daily sums: a whole month's
+    summary reads a row per client, extractor and model rather than one per day."""
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "client_key", "extractor", "model_id"], name="usage_monthly_key"
+            )
+        ]

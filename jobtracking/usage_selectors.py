@@ -1,16 +1,17 @@
 """Reads of usage (`services.usage` writes it): a summary over a date range, grouped as asked,
 with pages, billed attempts ("jobs"), and the estimated cost in its currency.
 
-The summary is one statement: the daily sums (`UsageDaily`) plus the rows the rollup has not
-folded yet (a partial index finds them), each grouped in the database, so its cost follows the
-number of days, clients and extractors, not of jobs. Each day's pages are priced at the price in
+The summary is one statement: the rolled-up sums (`UsageMonthly` for whole months, `UsageDaily`
+for the other days) plus the rows the rollup has not folded yet (a partial index finds them),
+each grouped in the database, so its cost follows the number of months or days, clients and
+extractors, not of jobs. Each day's pages are priced at the price in
 force that day (`UsagePrice`: a model's own price before its extractor's price for every model,
 the latest `effective_from` on or before the day), written into the query as one CASE from the
 (short) price table; pages without a price have no cost and no currency."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -29,7 +30,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, TruncMonth
 
 from extraction.models import Extractor
-from jobtracking.models import UsageDaily, UsagePrice, UsageRecord
+from jobtracking.models import UsageDaily, UsageMonthly, UsagePrice, UsageRecord
 from jobtracking.selectors import sees_every_client
 
 GROUPS = ("client", "extractor", "model", "day", "month")
@@ -56,16 +57,16 @@ def usage_summary(
     """Usage from `start` to `end` (UTC days, both included) of `client` (None: every client),
     one line per group of `group_by` (names from `GROUPS`) and currency, in group order."""
     keys = list(dict.fromkeys(group_by))
-    daily = UsageDaily.objects.filter(day__range=(start, end))
+    prices, in_force = _prices()
     fresh = UsageRecord.objects.filter(rolled_up=False, day__range=(start, end)).annotate(
         client_key=Coalesce("client", 0), attempts=Value(1)
     )
+    sources = [fresh, *_sums(start, end, prices, by_day="day" in keys)]
     if client is not None:
-        daily, fresh = daily.filter(client_key=client), fresh.filter(client_key=client)
-    prices, in_force = _prices()
-    parts = [_grouped(rows, keys, in_force) for rows in (daily, fresh)]
+        sources = [rows.filter(client_key=client) for rows in sources]
+    parts = [_grouped(rows, keys, in_force) for rows in sources]
     lines: dict[tuple, list] = {}
-    for row in parts[0].union(parts[1], all=True):
+    for row in parts[0].union(*parts[1:], all=True):
         *group, price_index, pages, jobs = row
         if pages is None:
             continue  # grouped by constants only (no group, no price): a sum over no rows
@@ -89,6 +90,31 @@ def usage_summary(
         for (*group, currency_code), (pages, jobs, cost) in lines.items()
     ]
     return sorted(found, key=lambda line: [str(v) for v in (*line.group.values(), line.currency)])
+
+
+def _sums(start: date, end: date, prices: list[UsagePrice], *, by_day: bool) -> list[QuerySet]:
+    """The rolled-up sums from `start` to `end`: the month sums of the whole months within it,
+    but for an extractor (or model) a price of which starts inside one of them (its days may
+    be priced differently), and the day sums of the rest."""
+    first = start if start.day == 1 else _next_month(start)
+    after = end + timedelta(days=1)
+    last = after if after.day == 1 else after.replace(day=1)  # the day after the whole months
+    if by_day or first >= last:
+        return [UsageDaily.objects.filter(day__range=(start, end))]
+    repriced = Q(pk__in=[])
+    for price in prices:
+        if first < price.effective_from < last and price.effective_from.day != 1:
+            model = Q(model_id=price.model_id) if price.model_id else Q()
+            repriced |= Q(extractor_id=price.extractor_id) & model
+    whole = Q(day__gte=first, day__lt=last)
+    return [
+        UsageMonthly.objects.filter(whole).exclude(repriced),
+        UsageDaily.objects.filter(Q(day__range=(start, end)) & (~whole | repriced)),
+    ]
+
+
+def _next_month(day: date) -> date:
+    return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
 def _grouped(rows: QuerySet, keys: list[str], in_force: Case) -> QuerySet:

@@ -9,10 +9,12 @@
   billed; when it says nothing (Azure on a failed analysis, a cancel or deadline of ours), 0
   pages, marked `rule`: Azure charges for analysed pages only, and a job we end without its word
   yields nothing we could count.
-- `usage_roll_up` (a schedule, every minute) folds unrolled rows into `UsageDaily`. Readers add
+- `usage_roll_up` (a schedule, every minute) folds unrolled rows into `UsageDaily` and
+  `UsageMonthly`. Readers add
   the rows not yet folded (`usage_selectors`), so the totals never wait for it.
 """
 
+from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.db import connection, transaction
@@ -20,7 +22,14 @@ from django.db.models import Count, Sum
 
 from jobtracking import states
 from jobtracking.infra.metrics import USAGE_PAGES
-from jobtracking.models import ExtractionJob, UsageCountedBy, UsageDaily, UsageRecord
+from jobtracking.models import (
+    ExtractionJob,
+    UsageCountedBy,
+    UsageDaily,
+    UsageMonthly,
+    UsageRecord,
+    UsageSums,
+)
 
 ROLL_UP_CHUNK = 20_000
 # Daily rows per upsert: six parameters each, within PostgreSQL's 65,535 and SQLite's 32,766.
@@ -92,15 +101,23 @@ def _roll_up_chunk() -> int:
             .annotate(Sum("pages"), Count("pk"))
         )
         taken.update(rolled_up=True)
-        for start in range(0, len(sums), UPSERT_ROWS):
-            _add_to_daily(sums[start : start + UPSERT_ROWS])
+        by_month: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+        for day, client, extractor, model, pages, attempts in sums:
+            month = by_month[day.replace(day=1), client, extractor, model]
+            month[0] += pages
+            month[1] += attempts
+        months = [(*key, pages, attempts) for key, (pages, attempts) in by_month.items()]
+        for model, rows in ((UsageDaily, sums), (UsageMonthly, months)):
+            for start in range(0, len(rows), UPSERT_ROWS):
+                _add_to(model, rows[start : start + UPSERT_ROWS])
     return len(ids)
 
 
-def _add_to_daily(sums: list[tuple]) -> None:
-    """Add (day, client, extractor, model, pages, attempts) sums to the daily rows, creating the
-    missing ones: one upsert (PostgreSQL and SQLite both speak `ON CONFLICT … DO UPDATE`)."""
-    table = connection.ops.quote_name(UsageDaily._meta.db_table)
+def _add_to(model: type[UsageSums], sums: list[tuple]) -> None:
+    """Add (day, client, extractor, model, pages, attempts) sums to the rows of `model`,
+    creating the missing ones: one upsert (PostgreSQL and SQLite both speak `ON CONFLICT … DO
+    UPDATE`)."""
+    table = connection.ops.quote_name(model._meta.db_table)
     row = "(%s, %s, %s, %s, %s, %s)"
     params = [
         value

@@ -11,7 +11,13 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from jobtracking import states
-from jobtracking.models import UsageCountedBy, UsageDaily, UsagePrice, UsageRecord
+from jobtracking.models import (
+    UsageCountedBy,
+    UsageDaily,
+    UsageMonthly,
+    UsagePrice,
+    UsageRecord,
+)
 from jobtracking.services import (
     SYSTEM,
     Actor,
@@ -154,12 +160,16 @@ def test_usage_summary_prices_each_day_at_its_days_price(extractor):
         job = ExtractionJobFactory(extractor=extractor, processing=True, requested_by=client)
         at_day(day, job, 100)
 
-    [line] = usage_summary(
-        client=None, start=date(2026, 11, 1), end=date(2026, 11, 30), group_by=["client"]
-    )
+    ask = {"client": None, "start": date(2026, 11, 1), "end": date(2026, 11, 30)}
+    [line] = usage_summary(**ask, group_by=["client"])
     # 100 pages at 10 per 1,000, then 100 at 20.
     assert (line.group, line.pages, line.jobs) == ({"client": client.username}, 200, 2)
     assert (line.cost, line.currency) == (Decimal("3.0000"), "USD")
+    usage_roll_up()
+    # A whole month, but its price changed within it: priced from the day sums.
+    assert usage_summary(**ask, group_by=["client"]) == [line]
+    priced(ExtractorFactory(), date(2026, 11, 20), "1")  # another extractor's change: no matter
+    assert usage_summary(**ask, group_by=["client"]) == [line]
 
 
 def test_usage_summary_prefers_a_models_own_price_and_shows_unpriced_pages(extractor):
@@ -197,6 +207,10 @@ def test_usage_summary_is_the_same_before_and_after_the_rollup(extractor):
     assert usage_roll_up() == 6
     assert usage_roll_up() == 0  # nothing left: never counted twice
     assert UsageDaily.objects.count() == 6
+    assert sorted(UsageMonthly.objects.values_list("day", "pages", "attempts")) == [
+        (date(2026, 11, 1), 36, 3),  # client 0's 10, 12 and 14 pages
+        (date(2026, 11, 1), 39, 3),
+    ]
     assert not UsageRecord.objects.filter(rolled_up=False).exists()
     after = {tuple(g): usage_summary(**ask, group_by=g) for g in groupings}
     assert after == before
@@ -222,3 +236,27 @@ def test_usage_summary_adds_new_rows_to_rolled_up_ones_and_keeps_to_a_client(ext
         client=None, start=today - timedelta(days=2), end=today - timedelta(days=1), group_by=[]
     )
     assert outside == []
+
+
+def test_usage_summary_over_whole_and_partial_months_counts_every_day_once(extractor):
+    priced(extractor, date(2026, 1, 1), "2")
+    days = [date(2026, 10, 31), date(2026, 11, 1), date(2026, 11, 30), date(2026, 12, 1)]
+    for day in days:
+        at_day(day, ExtractionJobFactory(extractor=extractor, processing=True), 100)
+    usage_roll_up()
+    at_day(date(2026, 11, 15), ExtractionJobFactory(extractor=extractor, processing=True), 1)
+
+    def pages(start: date, end: date) -> tuple:
+        lines = usage_summary(client=None, start=start, end=end, group_by=["month"])
+        return tuple((line.group["month"], line.pages, line.cost) for line in lines)
+
+    assert pages(date(2026, 10, 31), date(2026, 12, 1)) == (
+        ("2026-10", 100, Decimal("0.2000")),
+        ("2026-11", 201, Decimal("0.4020")),
+        ("2026-12", 100, Decimal("0.2000")),
+    )
+    assert pages(date(2026, 11, 2), date(2026, 11, 29)) == (("2026-11", 1, Decimal("0.0020")),)
+    assert pages(date(2026, 11, 30), date(2026, 12, 31)) == (
+        ("2026-11", 100, Decimal("0.2000")),
+        ("2026-12", 100, Decimal("0.2000")),
+    )
