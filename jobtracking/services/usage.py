@@ -66,13 +66,13 @@ def usage_record(rows: list[UsageRecord]) -> None:
     if not rows:
         return
     UsageRecord.objects.bulk_create(rows)
-    transaction.on_commit(lambda: _count(rows))
+    if paid := [row for row in rows if row.pages]:
+        transaction.on_commit(lambda: _count(paid))
 
 
 def _count(rows: list[UsageRecord]) -> None:
     for row in rows:
-        if row.pages:
-            USAGE_PAGES.labels(extractor=row.extractor.slug, model=row.model_id).inc(row.pages)
+        USAGE_PAGES.labels(extractor=row.extractor.slug, model=row.model_id).inc(row.pages)
 
 
 def usage_roll_up() -> int:
