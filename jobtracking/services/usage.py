@@ -32,6 +32,9 @@ from jobtracking.models import (
 )
 
 ROLL_UP_CHUNK = 20_000
+# An extractor's word on its pages is taken up to what the column holds: a hostile count must
+# not make the batch's INSERT fail (it would cost the job its result).
+MAX_PAGES = 2**31 - 1
 # Daily rows per upsert: six parameters each, within PostgreSQL's 65,535 and SQLite's 32,766.
 UPSERT_ROWS = 2_000
 
@@ -44,9 +47,9 @@ def usage_row(job: ExtractionJob, billed_pages: int | None, now: datetime) -> Us
     if billed_pages is None:
         pages, counted_by = 0, UsageCountedBy.RULE
     elif job.status_id == states.SUCCEEDED:
-        pages, counted_by = billed_pages, UsageCountedBy.RESULT
+        pages, counted_by = min(billed_pages, MAX_PAGES), UsageCountedBy.RESULT
     else:
-        pages, counted_by = billed_pages, UsageCountedBy.EXTRACTOR
+        pages, counted_by = min(billed_pages, MAX_PAGES), UsageCountedBy.EXTRACTOR
     return UsageRecord(
         job_id=job.pk,
         attempt=job.attempt,

@@ -260,3 +260,10 @@ def test_usage_summary_over_whole_and_partial_months_counts_every_day_once(extra
         ("2026-11", 100, Decimal("0.2000")),
         ("2026-12", 100, Decimal("0.2000")),
     )
+
+
+def test_usage_takes_an_extractors_page_count_up_to_what_the_column_holds(extractor):
+    job = end(ExtractionJobFactory(extractor=extractor, processing=True), 10**15)
+
+    assert job.status_id == states.SUCCEEDED
+    assert UsageRecord.objects.get(job_id=job.pk).pages == 2**31 - 1
