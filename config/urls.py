@@ -5,11 +5,13 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from jobtracking.admin.dashboard import dashboard_view
+from jobtracking.admin.usage import usage_view
 from jobtracking.api import errors, problems
 from jobtracking.api.views import HealthzView, MetricsView, ReadyzView
 
 urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="jobs-dashboard"),
+    path("admin/usage/", admin.site.admin_view(usage_view), name="jobs-usage"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("jobtracking.api.urls")),
     path("api/problems/", problems.problem_index, name="problems"),

@@ -30,6 +30,11 @@ def service_fetches_source(adapter: str) -> bool:
     return not ADAPTERS[adapter].reports_document
 
 
+def billable_pages(adapter: str, payload: Any, content_type: str) -> int:
+    """The pages an extractor with this adapter bills for a stored result, by its own rules."""
+    return ADAPTERS[adapter].billable_pages(payload, content_type)
+
+
 _clients: dict[int, tuple[ClientConfig, ExtractorClient]] = {}
 _lock = threading.Lock()
 

@@ -837,3 +837,132 @@ class ArchivedJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} (archived {self.archived_at:%Y-%m-%d})"
+
+
+class UsagePrice(models.Model):
+    """What an extractor's pages cost from a day on: for one of its models, or (model blank)
+    for every model without a price of its own. Usage is priced at the price in force on its
+    day, so a new row changes the cost of usage from its `effective_from` on and never before."""
+
+    extractor = models.ForeignKey(Extractor, on_delete=models.PROTECT, related_name="+")
+    model_id = models.CharField(
+        max_length=200, blank=True, help_text="The extractor's model; blank for all its models."
+    )
+    effective_from = models.DateField(help_text="The first day (UTC) this price applies to.")
+    price_per_1000_pages = models.DecimalField(max_digits=12, decimal_places=4)
+    currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217, e.g. USD.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["extractor", "model_id", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["extractor", "model_id", "effective_from"], name="usage_price_per_day"
+            ),
+            models.CheckConstraint(
+                condition=Q(price_per_1000_pages__gte=0), name="usage_price_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=r"^[A-Z]{3}$"), name="usage_price_currency_code"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        model = self.model_id or "all models"
+        return (
+            f"{self.extractor_id} {model} from {self.effective_from}: "
+            f"{self.price_per_1000_pages} {self.currency}/1000 pages"
+        )
+
+
+class UsageCountedBy(models.TextChoices):
+    RESULT = "result", "The result's pages"
+    EXTRACTOR = "extractor", "The extractor's word"
+    RULE = "rule", "No word: our rule (0 pages)"
+
+
+class UsageRecord(models.Model):
+    """The billable pages of one attempt that reached an extractor, written by the state machine
+    in the transaction that ends the attempt (append-only). It names the job by id and nothing
+    more, so that purging a job's history keeps what it cost. Rows not yet in `UsageDaily` are
+    `rolled_up=False` (a partial index keeps finding them O(new rows))."""
+
+    job_id = models.UUIDField()
+    attempt = models.PositiveIntegerField()
+    client = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
+    extractor = models.ForeignKey(
+        Extractor, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    model_id = models.CharField(max_length=200, blank=True)
+    outcome = models.CharField(max_length=20)  # the status that ended the attempt
+    pages = models.PositiveIntegerField()
+    counted_by = models.CharField(max_length=10, choices=UsageCountedBy.choices)
+    recorded_at = models.DateTimeField()
+    day = models.DateField()  # recorded_at's UTC day: the rollup's and the price's key
+    rolled_up = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job_id", "attempt"], name="usage_one_per_attempt")
+        ]
+        indexes = [
+            models.Index(
+                fields=["day"], condition=Q(rolled_up=False), name="usage_record_unrolled_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.attempt}: {self.pages} pages"
+
+
+class UsageSums(models.Model):
+    """Usage summed per period (its first day), client, extractor and model, from `UsageRecord`
+    rows by the rollup schedule (`services.usage.usage_roll_up`): the only writer, a few times a
+    minute at most, so no engine transaction ever waits on one of these rows. `client_key` is
+    the requester's id, 0 for jobs without one (a constraint on a nullable column would never
+    match them)."""
+
+    day = models.DateField()
+    client_key = models.BigIntegerField()
+    extractor = models.ForeignKey(
+        Extractor, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    model_id = models.CharField(max_length=200, blank=True)
+    pages = models.BigIntegerField(default=0)
+    attempts = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.day} client {self.client_key} {self.extractor_id}: {self.pages} pages"
+
+
+class UsageDaily(UsageSums):
+    """Usage per UTC day."""
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "client_key", "extractor", "model_id"], name="usage_daily_key"
+            )
+        ]
+
+
+class UsageMonthly(UsageSums):
+    """Usage per month (`day`: its first day), written with the daily sums: a whole month's
+    summary reads a row per client, extractor and model rather than one per day."""
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "client_key", "extractor", "model_id"], name="usage_monthly_key"
+            )
+        ]

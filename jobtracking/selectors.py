@@ -41,6 +41,11 @@ VIEW_ALL = "jobtracking.view_all_extractionjobs"
 MANAGE_ALL = "jobtracking.manage_all_extractionjobs"
 
 
+def sees_every_client(user: AbstractBaseUser) -> bool:
+    """Whether `user` may see every client's jobs and what derives from them (view-all)."""
+    return user.has_perm(VIEW_ALL)
+
+
 def visible(
     rows: QuerySet, *, user: AbstractBaseUser, via: str | tuple[str, ...] = "job"
 ) -> QuerySet:
@@ -49,7 +54,7 @@ def visible(
     the relation path `via` ("" for jobs and batches themselves; several paths: through any of
     them, as an event is of a job or of a batch). A user sees the jobs and batches they
     requested, or every one with the view-all permission."""
-    if user.has_perm(VIEW_ALL):
+    if sees_every_client(user):
         return rows
     paths = (via,) if isinstance(via, str) else via
     owned = Q()

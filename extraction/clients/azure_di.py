@@ -100,6 +100,7 @@ class Base64SourceBody:
 
 class AzureDocumentIntelligenceClient(ExtractorClient):
     document = staticmethod(azure_document.read)
+    billable_pages = staticmethod(azure_document.billable_pages)
     result_ttl = timedelta(hours=24)
 
     def _headers(self) -> dict[str, str]:

@@ -136,6 +136,9 @@ class PollResult:
     request_id: str = ""
     # Set when the protocol hands the result over with the final poll (Azure does).
     output: ExtractionOutput | None = None
+    # The pages the extractor says it billed for a job it ended without a result; None where
+    # it says nothing.
+    billed_pages: int | None = None
 
 
 class ExtractorClient(ABC):
@@ -166,6 +169,12 @@ class ExtractorClient(ABC):
     def document(payload: Any) -> Document:
         """A result this protocol's `fetch_result` gave (its `payload`, as stored) in the one
         shape every reader of results uses (`extraction.results`)."""
+
+    @staticmethod
+    @abstractmethod
+    def billable_pages(payload: Any, content_type: str) -> int:
+        """The pages the extractor bills for this result (its `payload`, as stored) of a
+        document of `content_type`, counted by the extractor's own rules."""
 
     def cancel(self, poll_url: str) -> None:
         """Ask the extractor to drop the job (both protocols: DELETE on the poll location)."""

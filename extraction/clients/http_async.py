@@ -35,6 +35,7 @@ STATUS_WORDS = {
 class HttpAsyncClient(ExtractorClient):
     document = staticmethod(job_protocol.read)
     reports_document = True
+    billable_pages = staticmethod(job_protocol.billable_pages)
 
     def _headers(self, **extra: str) -> dict[str, str]:
         headers = {"Accept": "application/json", **extra}
@@ -91,6 +92,7 @@ class HttpAsyncClient(ExtractorClient):
             error_message=redact_text(str(error.get("message", "")))[:1000],
             retry_after=response.retry_after,
             request_id=response.headers.get("X-Request-Id", ""),
+            billed_pages=job_protocol.billed_pages(body),
         )
 
     def fetch_result(self, poll_url: str) -> ExtractionOutput:

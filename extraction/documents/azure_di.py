@@ -2,6 +2,7 @@
 `boundingRegions`), `tables[]` of cells with indexes and spans, `pages[]` of `lines` or of spans of
 the result's `content`."""
 
+import math
 from typing import Any
 
 from extraction import results
@@ -140,3 +141,24 @@ def span_text(content: str, span: Any) -> str:
     if offset is None or length is None:
         return ""
     return content[offset : offset + length]
+
+
+# Azure bills these by their text, in blocks of `TEXT_PAGE_CHARACTERS` characters; every other
+# type by the entries of `pages` (a PDF page, a TIFF image, an Excel sheet, a PowerPoint slide).
+TEXT_BILLED_TYPES = {
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/msword",
+    "text/html",
+}
+TEXT_PAGE_CHARACTERS = 3000
+
+
+def billable_pages(payload: Any, content_type: str) -> int:
+    """The pages Azure bills for this `analyzeResult` of a document of `content_type`, by its
+    own rules: Word and HTML text per 3,000 characters (at least one page), anything else one
+    page per entry of `pages`."""
+    result = payload if isinstance(payload, dict) else {}
+    if content_type.split(";")[0].strip().lower() in TEXT_BILLED_TYPES:
+        content = result.get("content") if isinstance(result.get("content"), str) else ""
+        return max(1, math.ceil(len(content) / TEXT_PAGE_CHARACTERS))
+    return len(listed(result.get("pages")))

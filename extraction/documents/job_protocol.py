@@ -60,3 +60,16 @@ def pages(result: dict) -> list[Page]:
         for number, page in enumerate(listed(result.get("pages")), start=1)
         if isinstance(page, dict) and isinstance(page.get("text"), str)
     ]
+
+
+def billable_pages(payload: Any, content_type: str = "") -> int:
+    """The pages the extractor processed: the result's `page_count`, else its `pages` counted."""
+    result = payload if isinstance(payload, dict) else {}
+    counted = whole(result.get("page_count"))
+    return counted if counted is not None else len(listed(result.get("pages")))
+
+
+def billed_pages(answer: Any) -> int | None:
+    """What a poll answer says the extractor billed (`usage.pages`), else None."""
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    return whole(usage.get("pages")) if isinstance(usage, dict) else None

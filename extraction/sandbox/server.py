@@ -148,6 +148,9 @@ class SandboxJob:
     lost: bool = False
     canceled: bool = False
     idempotency_key: str = ""
+    # The pages it read before failing (an injected failure comes after a whole extraction):
+    # reported as billed (`usage.pages`) when it fails.
+    pages_read: int = 0
 
     def status(self, now: float) -> tuple[str, int]:
         elapsed = now - self.created
@@ -572,9 +575,13 @@ class SandboxHandler(BaseHTTPRequestHandler):
             else:
                 self.state.keep_result(result_key, json.dumps(result).encode())
         config = self.state.config
+        pages_read = 0
         if error is None and self.state.chance(config.permanent_failure_rate):
             self.count_fault("permanent_failure")
             error = {"code": "extraction_failed", "message": "Injected failure."}
+            pages_read = json.loads(self.state.cached_result(result_key) or b"{}").get(
+                "page_count", 0
+            )
         with self.state.lock:
             if key and key in self.state.job_by_key:  # a concurrent twin won the race
                 return self.send_json(200, {"id": self.state.job_by_key[key], "status": "queued"})
@@ -586,6 +593,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 error=error,
                 lost=config.lost_rate > 0 and self.state.random.random() < config.lost_rate,
                 idempotency_key=key,
+                pages_read=pages_read,
             )
             self.state.add_job(job)
         self.send_json(202, {"id": job.id, "status": "queued", "options": options})
@@ -653,6 +661,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
         headers = {}
         if status == "failed":
             body["error"] = job.error
+        if status in ("failed", "canceled"):
+            body["usage"] = {"pages": job.pages_read}
         if status in ("queued", "running") and self.state.config.poll_retry_after:
             wait = self.state.config.poll_retry_after
             headers["Retry-After"] = f"{wait:g}"

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from jobtracking.api import batch_views, views
+from jobtracking.api import batch_views, usage_views, views
 from jobtracking.api.webhook_endpoints import WebhookEndpointViewSet
 
 app_name = "api"
@@ -17,5 +17,6 @@ router.register("webhook_endpoints", WebhookEndpointViewSet, basename="webhook_e
 
 urlpatterns = [
     path("stats/", views.StatsView.as_view(), name="stats"),
+    path("usage/", usage_views.UsageView.as_view(), name="usage"),
     path("", include(router.urls)),
 ]

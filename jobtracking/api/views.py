@@ -387,7 +387,13 @@ class ServiceRootView(APIRootView):
         "error `code` at [problem codes]({problems}). Requests need `Authorization: Token "
         "<key>` or an admin session."
     )
-    PAGES = {"stats": "api:stats", "docs": "docs", "schema": "schema", "problems": "problems"}
+    PAGES = {
+        "stats": "api:stats",
+        "usage": "api:usage",
+        "docs": "docs",
+        "schema": "schema",
+        "problems": "problems",
+    }
 
     def get_view_name(self) -> str:
         return "Extraction job tracking API"

@@ -37,7 +37,7 @@ from extraction.errors import (
     SourceError,
     TransientExtractorError,
 )
-from extraction.registry import get_client
+from extraction.registry import billable_pages, get_client
 from extraction.sources import checked_source, fetch_source
 from jobtracking import states
 from jobtracking.engine.schedule import next_delay
@@ -514,8 +514,9 @@ def _polled(
         outcome = result.status
         if outcome is RemoteStatus.SUCCEEDED:
             output: ExtractionOutput = result.output or fetch.value
+            pages = billable_pages(job.extractor.adapter, output.payload, job.content_type)
             try:
-                done = Result.from_output(output)
+                done = Result.from_output(output, pages)
             except TooDeepError as error:
                 move = fail_move(
                     job.pk,
@@ -523,6 +524,7 @@ def _polled(
                     code=ErrorCode.INVALID_RESULT,
                     message=f"The extractor's result cannot be stored: {error}",
                     remote=(result.raw_status, 100),
+                    billed_pages=pages,
                 )
                 return move, None
             move = succeeded_move(
@@ -538,6 +540,7 @@ def _polled(
                 message=remote or f"The extractor reported {result.raw_status}",
                 details={"external_status": result.raw_status, "remote_code": result.error_code},
                 remote=(result.raw_status, result.progress or 0),
+                billed_pages=result.billed_pages,
             )
             return move, None
         to_status = None
@@ -552,6 +555,7 @@ def _polled(
             raw_status=result.raw_status,
             progress=result.progress,
             next_poll_in=backoff(job, job.poll_count + 1, result.retry_after),
+            billed_pages=result.billed_pages,
         )
         return move, None
 

@@ -26,6 +26,11 @@ DELIVERY_ERRORS = Counter(
     "(its own record failed too; it is dead).",
     ["stage"],
 )
+USAGE_PAGES = Counter(
+    "jobtracking_usage_pages_total",
+    "Billable pages of the attempts that ended in this process, by extractor (slug) and model.",
+    ["extractor", "model"],
+)
 LANE_RESTARTS = Counter(
     "jobtracking_delivery_lane_restarts_total",
     "Delivery lane processes a dispatcher started again after they ended unasked.",
@@ -53,6 +58,7 @@ def render(*collectors: Collector) -> bytes:
             DELIVERY_ERRORS,
             LANE_RESTARTS,
             COMPUTE_SLOT_WAIT,
+            USAGE_PAGES,
         ):
             registry.register(metric)
     return generate_latest(registry)

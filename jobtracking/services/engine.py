@@ -379,9 +379,10 @@ def fail_move(
     details: dict[str, Any] | None = None,
     lease_token: int | None = None,
     remote: tuple[str, int] | None = None,
+    billed_pages: int | None = None,
 ) -> Move:
     """→ failed with an error code from the fixed vocabulary; `remote`: the extractor's final
-    word, when it reported the failure."""
+    word, when it reported the failure; `billed_pages`: the pages it says it billed."""
 
     def prepare(job: ExtractionJob) -> None:
         if lease_token is not None:
@@ -397,6 +398,7 @@ def fail_move(
         details={"error_code": code, **(details or {})},
         prepare=prepare,
         remote=remote,
+        billed_pages=billed_pages,
     )
 
 
@@ -482,10 +484,11 @@ def poll_move(
     raw_status: str,
     progress: int | None,
     next_poll_in: timedelta | None,
+    billed_pages: int | None = None,
 ) -> Move:
     """A poll's answer: counted, the extractor's word and progress kept, the error count reset,
     the next poll scheduled. `to_status` is processing (it started running), cancelled (by the
-    extractor) or None (no change of status)."""
+    extractor, which may say what it billed: `billed_pages`) or None (no change of status)."""
     reason = "Cancelled by the extractor" if to_status == states.CANCELLED else ""
     details = {"external_status": raw_status, "progress": progress} if to_status else None
     return Move(
@@ -496,6 +499,7 @@ def poll_move(
         details=details,
         prepare=lambda job: _record_poll(job, raw_status, progress, next_poll_in),
         remote=(raw_status, progress or 0) if to_status == states.CANCELLED else None,
+        billed_pages=billed_pages,
     )
 
 
@@ -528,6 +532,7 @@ class Result:
     payload: dict[str, Any]
     page_count: int | None
     model_version: str
+    billable_pages: int
     made_safe: list[str] = field(default_factory=list)
     original: bytes = field(default=b"", repr=False)
     document: DocumentFacts | None = None
@@ -538,14 +543,16 @@ class Result:
         object.__setattr__(self, "body", body)
 
     @classmethod
-    def from_output(cls, output: ExtractionOutput) -> "Result":
+    def from_output(cls, output: ExtractionOutput, billable_pages: int) -> "Result":
         """The extractor's output as it can be stored (`jobtracking.infra.storable`): a copy
-        made safe, with the answer's bytes kept verbatim beside it. Raises `TooDeepError`."""
+        made safe, with the answer's bytes kept verbatim beside it, and the pages the extractor
+        bills for it. Raises `TooDeepError`."""
         payload, made_safe = safe_json(output.payload)
         return cls(
             payload,
             output.page_count,
             safe_text(output.model_version),
+            billable_pages,
             made_safe=made_safe,
             original=output.raw if made_safe else b"",
             document=output.document,
@@ -579,6 +586,7 @@ def succeeded_move(job_id: UUID, *, seen_status: str, raw_status: str, result: R
         details={"external_status": raw_status, "result_bytes": len(result.body)},
         prepare=prepare,
         remote=(raw_status, 100),
+        billed_pages=result.billable_pages,
     )
 
 

@@ -37,6 +37,7 @@ from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChan
 from jobtracking.selectors import VIEW_ALL
 from jobtracking.services.batch_completion import batches_complete_on_commit, batches_reopen
 from jobtracking.services.deliveries import deliveries_fan_out
+from jobtracking.services.usage import usage_record, usage_row
 
 # Every column but the key. Derived from the model rather than listed, so that no field a move
 # sets can be left out of the UPDATE; `_save` writes those the batch did change.
@@ -82,6 +83,8 @@ class Move:
     committed.
     `remote` is the extractor's final word (its status word, progress) when the move ends the
     job on an answer from it; a job that ends without one says so (no status word, progress 0).
+    A move that ends an attempt which reached the extractor records its usage
+    (`services.usage`) in the same transaction.
     """
 
     job_id: UUID
@@ -94,6 +97,9 @@ class Move:
     on_commit: Callable[[], None] | None = None
     audited: bool = False
     remote: tuple[str, int] | None = None
+    # The pages the extractor bills for the attempt this move ends (`services.usage`): the
+    # result's, or what the extractor said it billed; None when it said nothing.
+    billed_pages: int | None = None
 
 
 @dataclass
@@ -138,7 +144,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
     now = timezone.now()
     before = {pk: _values(job) for pk, job in locked.items()}
     outcome = BatchOutcome()
-    changes, event_jobs, reactivated = [], [], False
+    changes, event_jobs, usage, reactivated = [], [], [], False
     ended_batches, reopened_batches = set(), set()
     for move in moves:
         if move.job_id in outcome.refused:
@@ -165,6 +171,8 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
             continue
         _stamp(job, move, now)
         reactivated = reactivated or from_status in states.TERMINAL
+        if row := usage_row(job, move.billed_pages, now):
+            usage.append(row)
         if job.batch_id and job.status_id in states.TERMINAL:
             ended_batches.add(job.batch_id)
         elif job.batch_id and from_status in states.TERMINAL:
@@ -183,6 +191,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
         for job, kind in event_jobs
     )
     deliveries_fan_out(events)
+    usage_record(usage)
     return outcome
 
 

@@ -7,6 +7,7 @@ SCHEDULES = {
     "reap stuck jobs": ("jobtracking.engine.tasks.reap_stuck_jobs", 1),
     "cluster heartbeat": ("jobtracking.engine.tasks.cluster_heartbeat", 1),
     "dispatch and webhook retries (safety net)": ("jobtracking.engine.dispatcher.dispatch_once", 1),
+    "roll up usage": ("jobtracking.services.usage.usage_roll_up", 1),
     "purge jobs past retention": ("jobtracking.engine.tasks.purge_expired_jobs", 60 * 24),
     "sweep unreferenced uploads": ("jobtracking.services.retention.uploads_sweep", 60 * 24),
 }

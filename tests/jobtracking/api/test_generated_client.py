@@ -22,7 +22,7 @@ import requests
 from django.utils import timezone
 
 from jobtracking.models import DeliveryState, ServiceHeartbeat, WebhookDelivery
-from jobtracking.services import Actor, job_cancel
+from jobtracking.services import Actor, Move, job_cancel, jobs_transition
 from jobtracking.services.tokens import token_issue
 from tests.factories import (
     ExtractionJobFactory,
@@ -329,6 +329,18 @@ def stats(s: Session) -> None:
     assert answer.status_code == HTTPStatus.OK, answer.content
     assert answer.parsed.window_hours == 1
     assert answer.parsed.created_by_status["pending"] == 2
+
+
+@call("api_v1_usage_retrieve")
+def usage(s: Session) -> None:
+    job = ExtractionJobFactory(extractor=s.extractor, processing=True, requested_by=s.user)
+    jobs_transition([Move(job.pk, "succeeded", billed_pages=3)], actor=Actor.system())
+    today = timezone.now().date()
+    answer = s.call("api_v1_usage_retrieve", from_=today, to=today, group_by="client,day")
+    assert answer.status_code == HTTPStatus.OK, answer.content
+    [line] = answer.parsed.results
+    assert (line.pages, line.jobs, line.cost) == (3, 1, None)
+    assert line.group.to_dict() == {"client": "sdk-client", "day": today.isoformat()}
 
 
 # Batches

@@ -35,6 +35,7 @@ def test_every_operation_has_a_summary_a_description_and_a_resource_tag(schema):
             "extractors",
             "statuses",
             "stats",
+            "usage",
             "health",
             "webhooks",
         }, name

@@ -27,7 +27,7 @@ def moved(move: Move) -> ExtractionJob:
 
 def test_jobs_transition_stamps_started_at_when_a_job_succeeds_unseen_running():
     job = ExtractionJobFactory(submitted=True)
-    done = Result({"pages": []}, 0, "v1")
+    done = Result({"pages": []}, 0, "v1", 0)
     job = moved(succeeded_move(job.pk, seen_status="submitted", raw_status="done", result=done))
     assert job.started_at == job.completed_at is not None
 
@@ -49,7 +49,7 @@ def test_jobs_transition_stamps_started_at_when_the_extractor_fails_a_job_it_ran
 def test_jobs_transition_keeps_the_first_started_at():
     job = ExtractionJobFactory(processing=True)
     first = job.started_at
-    done = Result({"pages": []}, 0, "v1")
+    done = Result({"pages": []}, 0, "v1", 0)
     job = moved(succeeded_move(job.pk, seen_status="processing", raw_status="done", result=done))
     assert job.started_at == first < job.completed_at
 

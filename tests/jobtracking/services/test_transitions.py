@@ -143,7 +143,7 @@ def prioritised(job: ExtractionJob, priority: Priority) -> ExtractionJob:
 
 
 def result() -> Result:
-    return Result(payload={"pages": []}, page_count=1, model_version="v1")
+    return Result(payload={"pages": []}, page_count=1, model_version="v1", billable_pages=1)
 
 
 # Each: the job's status, fields that make the move possible, and the move.
