@@ -119,7 +119,9 @@ def test_fetch_source_stops_reading_an_undeclared_oversize_at_the_limit(
     httpserver.expect_request("/big").respond_with_response(Response(body()))
     refused = refusal(httpserver.url_for("/big"), max_bytes=2 * CHUNK_BYTES)
     assert refused.code == ErrorCode.SOURCE_UNUSABLE
-    assert sum(sent) < 64 * CHUNK_BYTES
+    # Far from all of it: the server gets ahead of the reader only by what the kernel's socket
+    # buffers on loopback hold (a few MiB).
+    assert sum(sent) < 256 * CHUNK_BYTES
 
 
 @pytest.mark.parametrize(
