@@ -38,8 +38,9 @@ def test_a_workers_batch_names_each_requester_without_a_query_per_job(django_ass
         for n in range(3)
     ]
     # A savepoint and its release around the locked read (with extractors and requesters),
-    # the UPDATE, the audit rows, the events and the webhook subscriptions.
-    with django_assert_num_queries(7):
+    # the UPDATE, the audit rows, the events, the webhook subscriptions and the usage rows of
+    # the attempts the deadline ended.
+    with django_assert_num_queries(8):
         jobs_start(job_ids=[job.pk for job in overdue])
     named = dict(JobEvent.objects.filter(type="job.timed_out").values_list("job_id", "payload"))
     assert {job.pk: named[job.pk]["requested_by"] for job in overdue} == {
