@@ -9,6 +9,7 @@ SCHEDULES = {
     "dispatch and webhook retries (safety net)": ("jobtracking.engine.dispatcher.dispatch_once", 1),
     "purge jobs past retention": ("jobtracking.engine.tasks.purge_expired_jobs", 60 * 24),
     "sweep unreferenced uploads": ("jobtracking.services.retention.uploads_sweep", 60 * 24),
+    "sign an audit checkpoint": ("jobtracking.engine.tasks.audit_checkpoint", 10),
 }
 
 

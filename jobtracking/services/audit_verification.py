@@ -1,0 +1,247 @@
+"""Walk the audit chains and checkpoints in the database and find the first broken link
+(`verify_audit`; docs/audit.md). Reads only.
+
+Rows are read in id order: a job's rows are written under its row lock, one transaction after
+another, so their ids follow the chain. Each row's hash is recomputed from its columns and its
+`prev_hash` compared with the hash of the job's row before it; each job's last hash with its
+`audit_head`; each checkpoint's signature, its link to the one before and its Merkle root; and
+each head a checkpoint signed must still be a row of its job's chain."""
+
+import datetime
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from uuid import UUID
+
+import orjson
+from django.db import connection, transaction
+from psycopg.types.json import set_json_loads
+
+from jobtracking.audit import GENESIS, canonical_change, digest, merkle_root
+from jobtracking.infra.signing import signature_valid
+from jobtracking.models import AuditCheckpoint, ExtractionJob, JobStatusChange
+
+CHUNK = 20_000
+
+
+@dataclass(frozen=True)
+class Break:
+    """The first broken link: where, what the chain expected there, and what was found."""
+
+    where: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: expected {self.expected}, found {self.found}"
+
+
+@dataclass
+class Verified:
+    rows: int = 0
+    chains: int = 0
+    checkpoints: int = 0
+    broken: Break | None = None
+    last: dict = field(default_factory=dict, repr=False)
+
+
+_ROW_COLUMNS = (
+    "id",
+    "job_id",
+    "attempt",
+    "from_status_id",
+    "to_status_id",
+    "changed_at",
+    "actor_type",
+    "actor_id",
+    "reason",
+    "details",
+    "prev_hash",
+    "hash",
+)
+
+
+def _rows(job_ids: list[UUID] | None, since: datetime.datetime | None) -> Iterator[tuple]:
+    """The audit rows of the chosen chains in id order, streamed from a server-side cursor with
+    JSON read by orjson."""
+    meta = JobStatusChange._meta
+    names = ", ".join(meta.get_field(name.removesuffix("_id")).column for name in _ROW_COLUMNS)
+    sql, params = f"SELECT {names} FROM {meta.db_table}", []
+    if job_ids is not None:
+        sql += " WHERE job_id = ANY(%s)"
+        params.append(job_ids)
+    elif since is not None:
+        sql += f" WHERE job_id IN (SELECT job_id FROM {meta.db_table} WHERE changed_at >= %s)"
+        params.append(since)
+    sql += " ORDER BY id"
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql.replace("= ANY(%s)", "IN %s"), params)
+            for row in cursor.fetchall():
+                yield (*row[:9], orjson.loads(row[9]), *row[10:])
+        return
+    with transaction.atomic():
+        connection.ensure_connection()
+        with connection.connection.cursor(name="audit_verify") as cursor:
+            set_json_loads(orjson.loads, cursor)
+            cursor.itersize = CHUNK
+            cursor.execute(sql, params)
+            yield from cursor
+
+
+def _verify_rows(result: Verified, rows: Iterator[tuple]) -> None:
+    last = result.last
+    for (
+        row_id,
+        job_id,
+        attempt,
+        from_status,
+        to_status,
+        changed_at,
+        actor_type,
+        actor_id,
+        reason,
+        details,
+        prev_hash,
+        row_hash,
+    ) in rows:
+        expected_prev = last.get(job_id, GENESIS)
+        if prev_hash != expected_prev:
+            result.broken = Break(
+                f"job {job_id}, change {row_id}: previous hash", expected_prev, prev_hash
+            )
+            return
+        computed = digest(
+            canonical_change(
+                job_id=job_id,
+                attempt=attempt,
+                from_status=from_status,
+                to_status=to_status,
+                changed_at=changed_at,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                reason=reason,
+                details=details,
+                prev_hash=prev_hash,
+            )
+        )
+        if computed != row_hash:
+            result.broken = Break(
+                f"job {job_id}, change {row_id}: hash of its content", computed, row_hash
+            )
+            return
+        last[job_id] = row_hash
+        result.rows += 1
+
+
+def _verify_heads(result: Verified, job_ids: list[UUID] | None) -> None:
+    """Each job's `audit_head` is its chain's last hash, so a row deleted from a chain's end
+    shows. `job_ids` None: every job (a job whose rows were all deleted shows too)."""
+    jobs = ExtractionJob.objects.order_by().values_list("pk", "audit_head")
+    if job_ids is None:
+        chunks = [jobs.iterator(chunk_size=CHUNK)]
+    else:
+        chunks = (jobs.filter(pk__in=job_ids[i : i + CHUNK]) for i in range(0, len(job_ids), CHUNK))
+    for chunk in chunks:
+        for job_id, head in chunk:
+            expected = result.last.get(job_id, "")
+            if head != expected:
+                result.broken = Break(
+                    f"job {job_id}: head of its chain", expected or "no rows", head or "none"
+                )
+                return
+            result.chains += 1
+
+
+def _missing_heads(leaves: list[list[str]]) -> list[str] | None:
+    """The first leaf whose job or head is no longer in the database (or whose job's creation
+    day changed), or None."""
+    if connection.vendor != "postgresql":
+        for job_id, day, head in leaves:
+            if not JobStatusChange.objects.filter(
+                job_id=job_id, hash=head, job__created_at__date=day
+            ).exists():
+                return [job_id, day, head]
+        return None
+    change, job = JobStatusChange._meta.db_table, ExtractionJob._meta.db_table
+    with connection.cursor() as cursor:
+        for start in range(0, len(leaves), CHUNK):
+            chunk = leaves[start : start + CHUNK]
+            cursor.execute(
+                f"SELECT l.job::text, l.day::text, l.head FROM unnest(%s::uuid[], %s::date[], "
+                f"%s::text[]) WITH ORDINALITY AS l(job, day, head, n) WHERE NOT EXISTS ("
+                f"SELECT 1 FROM {change} c JOIN {job} j ON j.id = c.job_id WHERE c.job_id = l.job "
+                f"AND c.hash = l.head AND (j.created_at AT TIME ZONE 'UTC')::date = l.day) "
+                f"ORDER BY l.n LIMIT 1",
+                [
+                    [leaf[0] for leaf in chunk],
+                    [leaf[1] for leaf in chunk],
+                    [leaf[2] for leaf in chunk],
+                ],
+            )
+            if row := cursor.fetchone():
+                return list(row)
+    return None
+
+
+def _verify_checkpoints(
+    result: Verified, public_key: bytes, since: datetime.datetime | None, job_ids
+) -> None:
+    checkpoints = AuditCheckpoint.objects.order_by("number")
+    if since is not None:
+        checkpoints = checkpoints.filter(created_at__gte=since)
+    previous, number = None, None if since is not None else 1
+    for checkpoint in checkpoints.iterator(chunk_size=10):
+        where = f"checkpoint {checkpoint.number}"
+        if number is not None and checkpoint.number != number:
+            result.broken = Break(
+                f"{where}: previous checkpoint", f"checkpoint {number}", "none before it"
+            )
+            return
+        number = checkpoint.number + 1
+        statement = checkpoint.statement.encode()
+        if not signature_valid(public_key, statement, checkpoint.signature):
+            result.broken = Break(where, "a valid signature by the public key", "none valid")
+            return
+        signed = orjson.loads(statement)
+        if previous is not None or checkpoint.number == 1:
+            expected = digest(previous.statement.encode()) if previous else GENESIS
+            if signed["prev"] != expected:
+                result.broken = Break(f"{where}: previous checkpoint", expected, signed["prev"])
+                return
+        if signed["number"] != checkpoint.number:
+            result.broken = Break(f"{where}: number", str(checkpoint.number), str(signed["number"]))
+            return
+        root = merkle_root(checkpoint.leaves)
+        if signed["root"] != root or signed["leaves"] != len(checkpoint.leaves):
+            result.broken = Break(f"{where}: signed root", signed["root"], root)
+            return
+        leaves = checkpoint.leaves
+        if job_ids is not None:
+            wanted = {str(job_id) for job_id in job_ids}
+            leaves = [leaf for leaf in leaves if leaf[0] in wanted]
+        if missing := _missing_heads(leaves):
+            job_id, _day, head = missing
+            result.broken = Break(
+                f"{where}: job {job_id}", f"a change with hash {head} (signed)", "none"
+            )
+            return
+        previous = checkpoint
+        result.checkpoints += 1
+
+
+def audit_verify(
+    *,
+    public_key: bytes,
+    since: datetime.datetime | None = None,
+    job_ids: list[UUID] | None = None,
+) -> Verified:
+    """Verify the chains (all; those that moved `since`; or those of `job_ids`), their heads,
+    and the checkpoints (all, or those created `since`), stopping at the first broken link."""
+    result = Verified()
+    _verify_rows(result, _rows(job_ids, since))
+    if result.broken is None:
+        walked = job_ids if job_ids is not None else None if since is None else list(result.last)
+        _verify_heads(result, walked)
+    if result.broken is None:
+        _verify_checkpoints(result, public_key, since, job_ids)
+    return result
