@@ -39,9 +39,18 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-def _moment(value: datetime.datetime) -> str:
-    """UTC with microseconds always written: what timestamptz keeps."""
-    return value.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+# UTC with microseconds always written: what timestamptz keeps. `MOMENT_SQL` is the same
+# format in PostgreSQL's words, for readers that take the text straight from the database.
+MOMENT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+MOMENT_SQL = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
+
+
+def _moment(value: datetime.datetime | str) -> str:
+    """A moment as the canonical form writes it; text is taken as already written so (read
+    with `MOMENT_SQL`)."""
+    if isinstance(value, str):
+        return value
+    return value.astimezone(datetime.UTC).strftime(MOMENT_FORMAT)
 
 
 def canonical_change(
@@ -50,7 +59,7 @@ def canonical_change(
     attempt: int,
     from_status: str | None,
     to_status: str,
-    changed_at: datetime.datetime,
+    changed_at: datetime.datetime | str,
     actor_type: str,
     actor_id: int | None,
     reason: str,
@@ -58,14 +67,12 @@ def canonical_change(
     prev_hash: str,
 ) -> bytes:
     """A status change's canonical text: a JSON object with sorted keys, no spaces, UTF-8."""
-    if _has_float(details):
-        details = _normalized(details)
     content = {
         "actor": actor_id,
         "actor_type": actor_type,
         "attempt": attempt,
         "changed_at": _moment(changed_at),
-        "details": details,
+        "details": _DETAILS,
         "from": from_status,
         "job": str(job_id),
         "prev": prev_hash,
@@ -73,12 +80,28 @@ def canonical_change(
         "to": to_status,
         "v": CANONICAL_VERSION,
     }
+    head, tail = _dumps(content).split(_DETAILS_JSON, 1)
+    return head + canonical_details(details) + tail
+
+
+# The details' place in a change's canonical text: a canonical text is the rest around the
+# details' own (`verify_audit` has PostgreSQL write the rest, and writes only the details).
+_DETAILS = "\x00details"
+_DETAILS_JSON = b'"\\u0000details"'
+
+
+def _dumps(value) -> bytes:
     try:
-        return orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # what orjson refuses (an integer beyond 64 bits): the standard library
-        return json.dumps(
-            content, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode()
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def canonical_details(details) -> bytes:
+    """A change's details as its canonical text writes them."""
+    if details == {}:
+        return b"{}"
+    return _dumps(_normalized(details) if _has_float(details) else details)
 
 
 def digest(canonical: bytes) -> str:
