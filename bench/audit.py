@@ -53,8 +53,9 @@ def chaining(on: bool):
         yield
 
 
-def engine_round(extractor, round_number: int) -> float:
-    """Jobs/s through creation and four moves each."""
+def engine_round(extractor, round_number: int) -> tuple[float, float]:
+    """Jobs/s through creation and four moves each, and this process's CPU ms a job (on a
+    busy machine, where commits wait on others' work, the steadier of the two)."""
     from jobtracking.services import SYSTEM, Move, NewJob, job_create_many, jobs_transition
     from jobtracking.services.transitions import Actor
 
@@ -67,7 +68,7 @@ def engine_round(extractor, round_number: int) -> float:
         )
         for n in range(JOBS)
     ]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     ids = []
     for start in range(0, JOBS, 500):
         outcomes = job_create_many(news[start : start + 500], actor=api)
@@ -81,24 +82,29 @@ def engine_round(extractor, round_number: int) -> float:
             ]
             jobs_transition(moves, actor=SYSTEM)
         previous = status
-    return JOBS / (time.perf_counter() - started)
+    return JOBS / (time.perf_counter() - started), (time.process_time() - cpu) * 1000 / JOBS
 
 
 def engine_ratio() -> None:
     from tests.factories import ExtractorFactory
 
     extractor = ExtractorFactory(slug=f"bench-audit-{int(time.time())}")
-    rates = {True: [], False: []}
+    rates, cpu = {True: [], False: []}, {True: [], False: []}
     order = [True, False, False, True] * ((ROUNDS + 1) // 2)
     engine_round(extractor, -1)  # warm: prepared statements, caches
     for n, on in enumerate(order[: ROUNDS * 2]):
         with chaining(on):
-            rates[on].append(engine_round(extractor, n))
+            rate, ms = engine_round(extractor, n)
+        rates[on].append(rate)
+        cpu[on].append(ms)
     with_, without = statistics.median(rates[True]), statistics.median(rates[False])
+    cpu_with, cpu_without = statistics.median(cpu[True]), statistics.median(cpu[False])
     print(
         f"engine writes, {JOBS:,} jobs x (create + {len(LIFECYCLE)} moves), {BATCH} a "
         f"transaction, {ROUNDS} rounds each: with chaining {with_:,.0f} jobs/s (median), "
-        f"without {without:,.0f} jobs/s; ratio {with_ / without:.3f} (target >= 0.95)"
+        f"without {without:,.0f} jobs/s; ratio {with_ / without:.3f} (target >= 0.95); "
+        f"CPU of this process {cpu_with:.2f} against {cpu_without:.2f} ms a job, ratio "
+        f"{cpu_without / cpu_with:.3f}; load average {os.getloadavg()[0]:.1f}"
     )
     print("  with:    " + ", ".join(f"{r:,.0f}" for r in rates[True]))
     print("  without: " + ", ".join(f"{r:,.0f}" for r in rates[False]))

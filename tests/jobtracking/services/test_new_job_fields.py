@@ -26,6 +26,7 @@ INTERNAL = {
     "claimed_at": "the dispatcher's claim",
     "lease_expires_at": "a worker's lease",
     "requeued_at": "the current attempt's start: `durations` count from it, the history shows it",
+    "audit_head": "the hash of the job's last audit row (docs/audit.md): verify_audit's",
 }
 # Model fields the representation shows under another name.
 SHOWN_AS = {"upload": "has_upload", "error_code": "error", "error_message": "error"}
