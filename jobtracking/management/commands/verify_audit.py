@@ -53,3 +53,7 @@ class Command(BaseCommand):
             f"Verified {result.rows} change(s) in {result.chains} chain(s) and "
             f"{result.checkpoints} checkpoint(s) in {seconds:.1f} s: no broken link."
         )
+        if result.unchained:
+            self.stdout.write(
+                f"{result.unchained} change(s) predate the hash chain and were not verified."
+            )

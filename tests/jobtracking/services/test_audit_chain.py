@@ -263,3 +263,20 @@ def test_audit_checkpoint_without_a_key_writes_nothing(monkeypatch):
     jobs_with_history(1)
     assert audit_checkpoint_create() is None
     assert not AuditCheckpoint.objects.exists()
+
+
+def test_verify_audit_passes_history_older_than_the_chain_and_chains_on_from_it(signing_key):
+    """Rows the migration found have empty hashes: skipped before a job's first chained row,
+    which starts from GENESIS; an emptied row after it is a break."""
+    jobs = jobs_with_history(2)
+    change, job_table = JobStatusChange._meta.db_table, ExtractionJob._meta.db_table
+    sql(f"UPDATE {change} SET hash = '', prev_hash = ''")
+    sql(f"UPDATE {job_table} SET audit_head = ''")
+    assert verify().unchained == 6
+    job_cancel(job_id=jobs[0].pk, actor=SYSTEM)
+    assert history(jobs[0])[-1].prev_hash == GENESIS
+    result = verify()
+    assert (result.broken, result.rows, result.unchained) == (None, 1, 6)
+    last = history(jobs[0])[-1]
+    sql(f"UPDATE {change} SET hash = '', prev_hash = '' WHERE id = %s", [last.pk])
+    assert "head of its chain" in verify().broken.where
