@@ -106,7 +106,9 @@ def _copied_rows(rows) -> Iterator[tuple]:
             yield row_id, job_id, before.encode() + text + after.encode(), prev_hash, row_hash
 
 
-def _verify_rows(result: Verified, rows: Iterator[tuple]) -> None:
+def _verify_rows(result: Verified, rows: Iterator[tuple], signed: set[int]) -> None:
+    """Check each row's links and hash; strike the heads the checkpoints signed off `signed`
+    as their rows go by."""
     last = result.last
     for row_id, job_id, canonical, prev_hash, row_hash in rows:
         if not row_hash and not prev_hash and job_id not in last:
@@ -128,6 +130,8 @@ def _verify_rows(result: Verified, rows: Iterator[tuple]) -> None:
             return
         last[job_id] = row_hash
         result.rows += 1
+        if signed:
+            signed.discard(_head_key(row_hash))
 
 
 def _verify_heads(result: Verified, job_ids: list[UUID] | None) -> None:
@@ -149,81 +153,71 @@ def _verify_heads(result: Verified, job_ids: list[UUID] | None) -> None:
             result.chains += 1
 
 
-def _missing_heads(leaves: list[list[str]]) -> list[str] | None:
-    """The first leaf whose job or head is no longer in the database (or whose job's creation
-    day changed), or None."""
-    if connection.vendor != "postgresql":
-        for job_id, day, head in leaves:
-            if not JobStatusChange.objects.filter(
-                job_id=job_id, hash=head, job__created_at__date=day
-            ).exists():
-                return [job_id, day, head]
-        return None
-    change, job = JobStatusChange._meta.db_table, ExtractionJob._meta.db_table
-    with connection.cursor() as cursor:
-        for start in range(0, len(leaves), CHUNK):
-            chunk = leaves[start : start + CHUNK]
-            cursor.execute(
-                f"SELECT l.job::text, l.day::text, l.head FROM unnest(%s::uuid[], %s::date[], "
-                f"%s::text[]) WITH ORDINALITY AS l(job, day, head, n) WHERE NOT EXISTS ("
-                f"SELECT 1 FROM {change} c JOIN {job} j ON j.id = c.job_id WHERE c.job_id = l.job "
-                f"AND c.hash = l.head AND (j.created_at AT TIME ZONE 'UTC')::date = l.day) "
-                f"ORDER BY l.n LIMIT 1",
-                [
-                    [leaf[0] for leaf in chunk],
-                    [leaf[1] for leaf in chunk],
-                    [leaf[2] for leaf in chunk],
-                ],
-            )
-            if row := cursor.fetchone():
-                return list(row)
-    return None
+def _head_key(head: str) -> int:
+    """A signed head as a small key: its first 128 bits (a job's id is in what it hashes, so no
+    two rows share them)."""
+    return int(head[:32], 16)
 
 
 def _verify_checkpoints(
-    result: Verified, public_key: bytes, since: datetime.datetime | None, job_ids
-) -> None:
-    checkpoints = AuditCheckpoint.objects.order_by("number")
-    if since is not None:
-        checkpoints = checkpoints.filter(created_at__gte=since)
-    previous, number = None, None if since is not None else 1
-    for checkpoint in checkpoints.iterator(chunk_size=10):
+    result: Verified,
+    public_key: bytes,
+    checkpoints: list[AuditCheckpoint],
+    job_ids: list[UUID] | None,
+    *,
+    first: int | None,
+) -> set[int]:
+    """Check each checkpoint's signature, its number and link to the one before (from `first`,
+    if given), and its root over its leaves; the heads they sign (of `job_ids` only, if given),
+    which the walk of the rows then looks for."""
+    wanted = None if job_ids is None else {str(job_id) for job_id in job_ids}
+    heads, previous, number = set(), None, first
+    for checkpoint in checkpoints:
         where = f"checkpoint {checkpoint.number}"
         if number is not None and checkpoint.number != number:
             result.broken = Break(
                 f"{where}: previous checkpoint", f"checkpoint {number}", "none before it"
             )
-            return
+            return heads
         number = checkpoint.number + 1
         statement = checkpoint.statement.encode()
         if not signature_valid(public_key, statement, checkpoint.signature):
             result.broken = Break(where, "a valid signature by the public key", "none valid")
-            return
+            return heads
         signed = orjson.loads(statement)
         if previous is not None or checkpoint.number == 1:
             expected = digest(previous.statement.encode()) if previous else GENESIS
             if signed["prev"] != expected:
                 result.broken = Break(f"{where}: previous checkpoint", expected, signed["prev"])
-                return
+                return heads
         if signed["number"] != checkpoint.number:
             result.broken = Break(f"{where}: number", str(checkpoint.number), str(signed["number"]))
-            return
+            return heads
         root = merkle_root(checkpoint.leaves)
         if signed["root"] != root or signed["leaves"] != len(checkpoint.leaves):
             result.broken = Break(f"{where}: signed root", signed["root"], root)
-            return
-        leaves = checkpoint.leaves
-        if job_ids is not None:
-            wanted = {str(job_id) for job_id in job_ids}
-            leaves = [leaf for leaf in leaves if leaf[0] in wanted]
-        if missing := _missing_heads(leaves):
-            job_id, _day, head = missing
-            result.broken = Break(
-                f"{where}: job {job_id}", f"a change with hash {head} (signed)", "none"
-            )
-            return
+            return heads
+        heads.update(
+            _head_key(head)
+            for job_id, _day, head in checkpoint.leaves
+            if wanted is None or job_id in wanted
+        )
         previous = checkpoint
         result.checkpoints += 1
+    return heads
+
+
+def _missing_head(result: Verified, checkpoints: list[AuditCheckpoint], missing: set[int]):
+    """Name the first signed head the walk did not find: its job, or the row, is gone."""
+    for checkpoint in checkpoints:
+        for job_id, _day, head in checkpoint.leaves:
+            if _head_key(head) in missing:
+                result.broken = Break(
+                    f"checkpoint {checkpoint.number}: job {job_id}",
+                    f"a change with hash {head} (signed)",
+                    "none",
+                )
+                return
 
 
 def audit_verify(
@@ -232,13 +226,26 @@ def audit_verify(
     since: datetime.datetime | None = None,
     job_ids: list[UUID] | None = None,
 ) -> Verified:
-    """Verify the chains (all; those that moved `since`; or those of `job_ids`), their heads,
-    and the checkpoints (all, or those created `since`), stopping at the first broken link."""
+    """Verify the checkpoints (all, or those created `since`), the chains (all; those of
+    `job_ids`; or those that moved since the changes the first of those checkpoints covers)
+    with their heads, and that every head a checkpoint signed is a row of its chain; stop at the
+    first broken link."""
     result = Verified()
-    _verify_rows(result, _rows(job_ids, since))
+    checkpoints = AuditCheckpoint.objects.order_by("number")
+    rows_since = since
+    if since is not None:
+        checkpoints = checkpoints.filter(created_at__gte=since)
+        before = AuditCheckpoint.objects.filter(created_at__lt=since).order_by("-number").first()
+        rows_since = min(since, before.upto) if before else since
+    checkpoints = list(checkpoints)
+    signed = _verify_checkpoints(
+        result, public_key, checkpoints, job_ids, first=None if since is not None else 1
+    )
+    if result.broken is None:
+        _verify_rows(result, _rows(job_ids, rows_since), signed)
     if result.broken is None:
         walked = job_ids if job_ids is not None else None if since is None else list(result.last)
         _verify_heads(result, walked)
-    if result.broken is None:
-        _verify_checkpoints(result, public_key, since, job_ids)
+    if result.broken is None and signed:
+        _missing_head(result, checkpoints, signed)
     return result

@@ -2,6 +2,7 @@
 verifier finds each kind of tampering done with raw SQL (docs/audit.md), and the signing key
 reaches no row, event or message."""
 
+import io
 import logging
 import threading
 
@@ -16,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import (
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections
+from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.audit import GENESIS, change_canonical, digest
@@ -280,3 +282,19 @@ def test_verify_audit_passes_history_older_than_the_chain_and_chains_on_from_it(
     last = history(jobs[0])[-1]
     sql(f"UPDATE {change} SET hash = '', prev_hash = '' WHERE id = %s", [last.pk])
     assert "head of its chain" in verify().broken.where
+
+
+def test_verify_audit_since_walks_what_moved_and_later_checkpoints(signing_key):
+    jobs = jobs_with_history(2)
+    audit_checkpoint_create()
+    since = timezone.now()
+    job_cancel(job_id=jobs[0].pk, actor=SYSTEM)
+    audit_checkpoint_create()
+    result = audit_verify(public_key=public_key_bytes(), since=since)
+    assert (result.broken, result.rows, result.chains, result.checkpoints) == (None, 4, 1, 1)
+    out = io.StringIO()
+    call_command("verify_audit", "--since", since.isoformat(), stdout=out)
+    assert "Verified 4 change(s) in 1 chain(s) and 1 checkpoint(s)" in out.getvalue()
+    sql(f"DELETE FROM {JobStatusChange._meta.db_table} WHERE job_id = %s", [jobs[1].pk])
+    assert audit_verify(public_key=public_key_bytes(), since=since).broken is None  # not moved
+    assert verify().broken.where == f"job {jobs[1].pk}: head of its chain"
