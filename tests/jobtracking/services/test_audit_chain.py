@@ -22,11 +22,18 @@ from django.utils import timezone
 from jobtracking import states
 from jobtracking.audit import GENESIS, change_canonical, digest
 from jobtracking.infra.signing import SigningKeyError, public_key_bytes, sign
-from jobtracking.models import AuditCheckpoint, ExtractionJob, JobEvent, JobStatusChange, Priority
+from jobtracking.models import (
+    AuditCheckpoint,
+    ExtractionJob,
+    JobEvent,
+    JobStatusChange,
+    Priority,
+    WebhookDelivery,
+)
 from jobtracking.services import SYSTEM, Actor, job_cancel, job_transition, jobs_set_priority
 from jobtracking.services.audit_checkpoints import audit_checkpoint_create, checkpoint_as_dict
 from jobtracking.services.audit_verification import audit_verify
-from tests.factories import ExtractorFactory, UserFactory, api_job
+from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory, api_job
 
 pytestmark = pytest.mark.django_db
 
@@ -298,3 +305,17 @@ def test_verify_audit_since_walks_what_moved_and_later_checkpoints(signing_key):
     sql(f"DELETE FROM {JobStatusChange._meta.db_table} WHERE job_id = %s", [jobs[1].pk])
     assert audit_verify(public_key=public_key_bytes(), since=since).broken is None  # not moved
     assert verify().broken.where == f"job {jobs[1].pk}: head of its chain"
+
+
+def test_audit_checkpoint_event_reaches_only_subscriptions_that_see_every_job(signing_key):
+    operators = WebhookSubscriptionFactory()  # no owner: the operators' own
+    clients = WebhookSubscriptionFactory(created_by=UserFactory())
+    jobs_with_history(1)
+    checkpoint = audit_checkpoint_create()
+    event = JobEvent.objects.get(type=states.AUDIT_CHECKPOINT)
+    assert (event.job_id, event.batch_id, event.payload["number"]) == (None, None, 1)
+    assert event.payload["statement"] == checkpoint.statement
+    delivered = set(
+        WebhookDelivery.objects.filter(event=event).values_list("subscription", flat=True)
+    )
+    assert delivered == {operators.pk} and clients.pk not in delivered
