@@ -45,6 +45,7 @@ bench: install
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.tracing
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.archive
 	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.usage
+	PG_DURABLE=1 .ci/with_postgres.sh $(PY) -m bench.audit
 	BLAST_RADIUS_EXAMPLES=500 .ci/with_postgres.sh $(PY) -m pytest tests/jobtracking/engine/test_blast_radius.py -q
 
 # PORT and SANDBOX_PORT choose the ports (8000, 8765); VERBOSE=1 shows django-q2's task lines.

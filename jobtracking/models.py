@@ -253,6 +253,10 @@ class ExtractionJob(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # The hash of the job's last status change: its audit chain's head (`jobtracking.audit`).
+    audit_head = models.CharField(
+        max_length=64, blank=True, editable=False, default="", db_default=""
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -380,15 +384,23 @@ class JobStatusChange(models.Model):
     attempt = models.PositiveIntegerField()
     changed_at = models.DateTimeField(default=timezone.now)
     actor_type = models.CharField(max_length=10, choices=ActorType.choices)
+    # PROTECT, not SET_NULL: the actor is part of the hashed content, so a user who acted on a
+    # job is deactivated rather than deleted (which would rewrite the history).
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
+        on_delete=models.PROTECT,
         null=True,
         blank=True,
         related_name="+",
     )
     reason = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)
+    # The job's hash chain (`jobtracking.audit`, docs/audit.md): SHA-256 of the canonical text,
+    # which names the previous row's hash.
+    # (Empty by default, so that a writer that bypasses the state machine leaves a row that
+    # verify_audit reports, rather than failing.)
+    prev_hash = models.CharField(max_length=64, editable=False, default="", db_default="")
+    hash = models.CharField(max_length=64, editable=False, default="", db_default="")
 
     class Meta:
         ordering = ["changed_at", "id"]
@@ -409,6 +421,31 @@ class JobStatusChange(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError("Status changes are append-only.")
+
+
+class AuditCheckpoint(models.Model):
+    """A signed commitment to the heads of the audit chains that moved up to `upto`
+    (docs/audit.md). `statement` is the canonical text the signature covers, kept as signed;
+    `leaves` are the `[job id, creation day, head]` its Merkle root is computed over."""
+
+    number = models.PositiveIntegerField(primary_key=True)
+    created_at = models.DateTimeField()
+    upto = models.DateTimeField()
+    statement = models.TextField()
+    signature = models.CharField(max_length=128)
+    key_id = models.CharField(max_length=16)
+    leaves = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.number} up to {self.upto:%Y-%m-%d %H:%M:%S}"
+
+    def save(self, *args, **kwargs) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError("Checkpoints are append-only.")
+        super().save(*args, **kwargs)
 
 
 class ExtractionResult(models.Model):
@@ -460,7 +497,7 @@ class ExtractionResult(models.Model):
 class JobEvent(models.Model):
     """Transactional outbox: written in the same transaction as the change it describes.
     The auto-increment id is the pull feed's cursor. An event is about one job or about one
-    batch (`batch.*` types)."""
+    batch (`batch.*` types), or is a signed audit checkpoint (about neither)."""
 
     id = models.BigAutoField(primary_key=True)
     event_id = models.UUIDField(default=uuid7, unique=True, editable=False)
@@ -498,7 +535,8 @@ class JobEvent(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(job__isnull=False, batch__isnull=True)
-                | Q(job__isnull=True, batch__isnull=False),
+                | Q(job__isnull=True, batch__isnull=False)
+                | Q(job__isnull=True, batch__isnull=True, type=states.AUDIT_CHECKPOINT),
                 name="event_of_a_job_or_a_batch",
             )
         ]

@@ -263,7 +263,9 @@ BATCH_COMPLETED = "batch.completed"
 BATCH_CANCELLED = "batch.cancelled"
 BATCH_EVENT_TYPES: tuple[str, ...] = (BATCH_CREATED, BATCH_COMPLETED, BATCH_CANCELLED)
 # Every type the outbox carries, the feed filters by and webhooks subscribe to.
-OUTBOX_EVENT_TYPES = EVENT_TYPES + BATCH_EVENT_TYPES
+# A signed audit checkpoint (docs/audit.md): of no job or batch, seen by whoever sees them all.
+AUDIT_CHECKPOINT = "audit.checkpoint"
+OUTBOX_EVENT_TYPES = EVENT_TYPES + BATCH_EVENT_TYPES + (AUDIT_CHECKPOINT,)
 
 
 def is_allowed(from_status: str | None, to_status: str, *, force: bool = False) -> bool:

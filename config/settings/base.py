@@ -219,6 +219,9 @@ Q_CLUSTER = {
 
 # Job domain settings.
 JOBS_RESULT_INLINE_MAX_BYTES = int(os.environ.get("JOBS_RESULT_INLINE_MAX_BYTES", "262144"))
+# Audit checkpoints (docs/audit.md): their key is read from AUDIT_SIGNING_KEY at each use, never
+# kept here. A checkpoint covers changes older than this lag: their transactions have committed.
+AUDIT_CHECKPOINT_LAG_SECONDS = int(os.environ.get("AUDIT_CHECKPOINT_LAG_SECONDS", "60"))
 JOBS_OPTIONS_MAX_BYTES = int(os.environ.get("JOBS_OPTIONS_MAX_BYTES", "8192"))
 JOBS_METADATA_MAX_BYTES = int(os.environ.get("JOBS_METADATA_MAX_BYTES", "8192"))
 

@@ -49,6 +49,7 @@ from jobtracking.infra.storable import TooDeepError, safe_text, text_problem
 from jobtracking.models import ExtractionJob, ExtractorHealth
 from jobtracking.services import Move, job_hand_back_expired_lease, job_time_out
 from jobtracking.services.archive import ArchiveRun
+from jobtracking.services.audit_checkpoints import audit_checkpoint_create
 from jobtracking.services.batch_completion import batches_complete_due
 from jobtracking.services.circuits import Tally, circuits_report
 from jobtracking.services.engine import (
@@ -669,6 +670,13 @@ def purge_expired_jobs() -> int:
     while ids := list(purgeable_jobs().order_by("pk").values_list("pk", flat=True)[:1000]):
         purged += jobs_purge(ids=ids, run=run)
     return purged
+
+
+def audit_checkpoint() -> int | None:
+    """Scheduled every ten minutes: sign the heads of the audit chains that moved; the new
+    checkpoint's number, or None (nothing moved, or no key). Redelivery writes nothing twice."""
+    checkpoint = audit_checkpoint_create()
+    return checkpoint.number if checkpoint else None
 
 
 def cluster_heartbeat() -> None:

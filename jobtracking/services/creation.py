@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from extraction.models import Extractor
 from jobtracking import states
+from jobtracking.audit import GENESIS, chain_change
 from jobtracking.errors import (
     ActiveJobExistsError,
     ApplicationError,
@@ -403,7 +404,7 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     caller's transaction, a savepoint keeps a conflict from spoiling it."""
     if not jobs:
         return set()
-    # The audit row every new job gets; only the job differs.
+    # The audit row every new job gets; only the job (and so its hash) differs.
     change = {
         "to_status_id": states.PENDING,
         "attempt": 1,
@@ -413,12 +414,13 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
         "reason": reason,
         "details": actor.details,
     }
+    changes = [instance(JobStatusChange, job_id=job.pk, **change) for job in jobs]
+    for job, job_change in zip(jobs, changes, strict=True):
+        chain_change(job_change, job)  # the first link: the job's head is its hash
     if connection.vendor != "postgresql":
         with transaction.atomic():
             ExtractionJob.objects.bulk_create(jobs)
-            JobStatusChange.objects.bulk_create(
-                instance(JobStatusChange, job_id=job.pk, **change) for job in jobs
-            )
+            JobStatusChange.objects.bulk_create(changes)
             deliveries_fan_out(JobEvent.objects.bulk_create(_created_events(jobs, now)))
             notify_due()
         return {job.pk for job in jobs}
@@ -427,7 +429,7 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     params = [
         job_rows.rows,
         job_rows.shared,
-        json_rows([instance(JobStatusChange, **change)], _change_value_fields()),
+        json_rows([instance(JobStatusChange, prev_hash=GENESIS, **change)], _change_value_fields()),
         event_rows.rows,
         event_rows.shared,
         fan_out_values(now),
@@ -456,7 +458,8 @@ def _created_events(jobs: list[ExtractionJob], now) -> list[JobEvent]:
 
 
 def _change_value_fields() -> tuple:
-    return insert_fields(JobStatusChange, exclude=("job",))
+    """The audit row's values that every new job's row shares: all but its job and hash."""
+    return insert_fields(JobStatusChange, exclude=("job", "hash"))
 
 
 @functools.cache
@@ -469,12 +472,13 @@ def created_rows_statement(job_fields: tuple, event_fields: tuple) -> str:
     (a `RowSet` with `event_fields`), the deliveries' values (`fan_out_values`) and the
     dispatcher's channel."""
     fields = _change_value_fields()
-    job_column = JobStatusChange._meta.get_field("job").column
+    meta = JobStatusChange._meta
+    job_column, hash_column = meta.get_field("job").column, meta.get_field("hash").column
     new_jobs = insert_statement(
         ExtractionJob,
         job_fields,
         on_conflict=_active_file_conflict(),
-        returning="id, requested_by_id",
+        returning="id, requested_by_id, audit_head",
     )
     new_events = insert_statement(
         JobEvent,
@@ -484,8 +488,10 @@ def created_rows_statement(job_fields: tuple, event_fields: tuple) -> str:
     )
     return (
         f"WITH new_jobs AS ({new_jobs}), "
-        f"new_changes AS (INSERT INTO {table(JobStatusChange)} ({job_column}, {columns(fields)}) "
-        f"SELECT j.id, c.* FROM new_jobs j CROSS JOIN ({select_rows(JobStatusChange, fields)}) c), "
+        f"new_changes AS (INSERT INTO {table(JobStatusChange)} "
+        f"({job_column}, {hash_column}, {columns(fields)}) "
+        f"SELECT j.id, j.audit_head, c.* FROM new_jobs j "
+        f"CROSS JOIN ({select_rows(JobStatusChange, fields)}) c), "
         f"new_events AS ({new_events}), "
         f"new_deliveries AS ({fan_out_statement('new_events', 'new_jobs')}), "
         f"woken AS ({NOTIFY_SQL}) "

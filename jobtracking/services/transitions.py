@@ -24,6 +24,7 @@ from django.db.models import DEFERRED
 from django.utils import timezone
 
 from jobtracking import states
+from jobtracking.audit import chain_change
 from jobtracking.errors import (
     ActiveJobExistsError,
     ApplicationError,
@@ -244,7 +245,9 @@ def _work_began(move: Move) -> bool:
 
 
 def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, now):
-    return JobStatusChange(
+    """The move's audit row, linked to the job's chain (the job is locked); the job's new
+    head is saved with the job's other changes."""
+    change = JobStatusChange(
         job=job,
         from_status_id=from_status,
         to_status_id=job.status_id,
@@ -255,6 +258,8 @@ def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, n
         reason=move.reason,
         details={**actor.details, **(move.details or {})},
     )
+    chain_change(change, job)
+    return change
 
 
 def _values(job: ExtractionJob) -> list:

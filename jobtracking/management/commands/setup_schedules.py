@@ -10,6 +10,7 @@ SCHEDULES = {
     "roll up usage": ("jobtracking.services.usage.usage_roll_up", 1),
     "purge jobs past retention": ("jobtracking.engine.tasks.purge_expired_jobs", 60 * 24),
     "sweep unreferenced uploads": ("jobtracking.services.retention.uploads_sweep", 60 * 24),
+    "sign an audit checkpoint": ("jobtracking.engine.tasks.audit_checkpoint", 10),
 }
 
 

@@ -27,6 +27,7 @@ INTERNAL = {
     "lease_expires_at": "a worker's lease",
     "requeued_at": "the current attempt's start: `durations` count from it, the history shows it",
     "traceparent": "the trace its spans join: for the tracing backend, and in the logs",
+    "audit_head": "the hash of the job's last audit row (docs/audit.md): verify_audit's",
 }
 # Model fields the representation shows under another name.
 SHOWN_AS = {
