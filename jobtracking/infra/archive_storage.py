@@ -78,9 +78,10 @@ class LinesWriter:
         return _checked(saved, self._digest.hexdigest(), self.size)
 
 
-def save_manifest(path: str, manifest: dict) -> StoredFile:
-    """Store a manifest, read it back and check its SHA-256, as the files it lists were."""
-    content = orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
+def save_json(path: str, document: dict) -> StoredFile:
+    """Store a JSON document (a manifest, an audit checkpoint), read it back and check its
+    SHA-256, as the files a manifest lists were."""
+    content = orjson.dumps(document, option=orjson.OPT_INDENT_2)
     saved = archive_storage().save(path, ContentFile(content))
     return _checked(saved, hashlib.sha256(content).hexdigest(), len(content))
 

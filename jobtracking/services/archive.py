@@ -33,7 +33,7 @@ from jobtracking.infra.archive_storage import (
     LinesWriter,
     StoredFile,
     copy_file,
-    save_manifest,
+    save_json,
 )
 from jobtracking.infra.rows import (
     insert_fields,
@@ -116,7 +116,7 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
     for day, part in sorted(days.items()):
         name = f"jobs/{day:%Y/%m/%d}/{run.id}-{run.parts:05d}"
         stored = part.writer.save(f"{name}.jsonl.gz")
-        manifest = save_manifest(f"{name}.manifest.json", _manifest(run, day, stored, part, now))
+        manifest = save_json(f"{name}.manifest.json", _manifest(run, day, stored, part, now))
         for entry in part.entries:
             entry.path, entry.manifest, entry.archived_at = stored.path, manifest.path, now
         entries += part.entries

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.audit import GENESIS, checkpoint_statement, digest, merkle_root
+from jobtracking.infra.archive_storage import save_json
 from jobtracking.infra.signing import sign, signing_configured, signing_key_id
 from jobtracking.models import AuditCheckpoint, JobEvent, JobStatusChange
 from jobtracking.services.deliveries import deliveries_fan_out
@@ -101,4 +102,13 @@ def audit_checkpoint_create(*, now: datetime.datetime | None = None) -> AuditChe
         logger.info("Checkpoint %s was written by another scheduler.", number)
         return None
     logger.info("Audit checkpoint %s: %s chains up to %s.", number, len(leaves), upto)
+    try:
+        # A copy outside the database: what a rewritten or deleted history is held against.
+        save_json(checkpoint_archive_path(number), checkpoint_as_dict(checkpoint))
+    except Exception:
+        logger.exception("Audit checkpoint %s could not be written to the archive.", number)
     return checkpoint
+
+
+def checkpoint_archive_path(number: int) -> str:
+    return f"audit/checkpoints/{number:010d}.json"

@@ -6,6 +6,7 @@ import io
 import logging
 import threading
 
+import orjson
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -33,7 +34,11 @@ from jobtracking.models import (
     WebhookDelivery,
 )
 from jobtracking.services import SYSTEM, Actor, job_cancel, job_transition, jobs_set_priority
-from jobtracking.services.audit_checkpoints import audit_checkpoint_create, checkpoint_as_dict
+from jobtracking.services.audit_checkpoints import (
+    audit_checkpoint_create,
+    checkpoint_archive_path,
+    checkpoint_as_dict,
+)
 from jobtracking.services.audit_verification import audit_verify
 from jobtracking.services.retention import jobs_purge
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory, api_job
@@ -190,6 +195,15 @@ def test_verify_audit_finds_a_deleted_job_against_an_earlier_checkpoint(signing_
     broken = verify().broken
     assert broken.where == f"checkpoint 1: job {jobs[2].pk}"
     assert broken.expected.startswith("a change with hash")
+
+
+def test_audit_checkpoint_is_written_to_the_archive_as_signed(signing_key, archive):
+    jobs_with_history()
+    checkpoint = audit_checkpoint_create()
+
+    stored = orjson.loads((archive / checkpoint_archive_path(checkpoint.number)).read_bytes())
+    assert stored == orjson.loads(orjson.dumps(checkpoint_as_dict(checkpoint)))
+    assert stored["signature"] == checkpoint.signature
 
 
 def test_verify_audit_finds_a_purged_jobs_signed_head_in_its_archived_record(
