@@ -117,7 +117,7 @@ def test_audit_chain_canonical_form_survives_jsonb(signing_key):
     assert history(job)[-1].details["z"] == 10**20
 
 
-def test_audit_chain_has_no_fork_under_concurrent_writers(transactional_db, signing_key):
+def test_audit_chain_has_no_fork_under_concurrent_writers(seeded_statuses, signing_key):
     """Two writers on one chain at once: the job's row lock orders them, each links to the
     other's row."""
     job = api_job(ExtractorFactory())
