@@ -21,7 +21,12 @@ from urllib.parse import urlsplit
 import requests
 import urllib3
 
-from extraction.clients.base import MEDIA_TYPE, DocumentFacts
+from extraction.clients.base import (
+    MEDIA_TYPE,
+    DocumentFacts,
+    bare_media_type,
+    is_transient_status,
+)
 from extraction.errors import ErrorCode, SourceError
 from extraction.urlsafety import PinnedAdapter, UnsafeURLError, check_public_url
 
@@ -37,7 +42,7 @@ def status_error_code(status: int) -> ErrorCode:
     """What a source's HTTP error (or redirect) means for its job: a timeout, a rate limit or a
     server error may pass (`source_unavailable`); anything else, 404 and 410 first, will answer
     the same again (`source_unusable`)."""
-    if status in (408, 425, 429) or status >= 500:
+    if is_transient_status(status):
         return ErrorCode.SOURCE_UNAVAILABLE
     return ErrorCode.SOURCE_UNUSABLE
 
@@ -166,7 +171,7 @@ def _spooled(answer: requests.Response, max_bytes: int, deadline: float) -> Fetc
     except BaseException:
         file.close()
         raise
-    media = answer.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    media = bare_media_type(answer.headers.get("Content-Type", ""))
     facts = DocumentFacts(
         media if MEDIA_TYPE.fullmatch(media) else UNDECLARED_TYPE, size, digest.hexdigest()
     )

@@ -113,6 +113,16 @@ MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,48}/[a-z0-9][a-z0-9!#$&^_.
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
+def bare_media_type(value: str) -> str:
+    """A Content-Type's media type without its parameters, lower-cased ("text/html")."""
+    return value.split(";")[0].strip().lower()
+
+
+def is_transient_status(status: int) -> bool:
+    """An HTTP error that may pass if asked again: a timeout, a rate limit, a server error."""
+    return status in (408, 425, 429) or status >= 500
+
+
 @dataclass(frozen=True)
 class ExtractionOutput:
     payload: dict[str, Any]
@@ -327,7 +337,7 @@ class Response:
             return
         remote_code, remote_message = self.error_detail()
         message = f"{where}: HTTP {status}" + (f" {remote_message}" if remote_message else "")
-        if status in (408, 425, 429) or status >= 500:
+        if is_transient_status(status):
             raise TransientExtractorError(message, http_status=status, retry_after=self.retry_after)
         if status == 404 and missing_is_lost:
             raise ExternalJobLostError(message)

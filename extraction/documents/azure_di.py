@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from extraction import results
+from extraction.clients.base import bare_media_type
 from extraction.results import (
     MAX_COLUMNS,
     MAX_ROWS,
@@ -158,7 +159,7 @@ def billable_pages(payload: Any, content_type: str) -> int:
     own rules: Word and HTML text per 3,000 characters (at least one page), anything else one
     page per entry of `pages`."""
     result = payload if isinstance(payload, dict) else {}
-    if content_type.split(";")[0].strip().lower() in TEXT_BILLED_TYPES:
+    if bare_media_type(content_type) in TEXT_BILLED_TYPES:
         content = result.get("content") if isinstance(result.get("content"), str) else ""
         return max(1, math.ceil(len(content) / TEXT_PAGE_CHARACTERS))
     return len(listed(result.get("pages")))

@@ -62,7 +62,7 @@ def pages(result: dict) -> list[Page]:
     ]
 
 
-def billable_pages(payload: Any, content_type: str = "") -> int:
+def billable_pages(payload: Any, content_type: str) -> int:
     """The pages the extractor processed: the result's `page_count`, else its `pages` counted."""
     result = payload if isinstance(payload, dict) else {}
     counted = whole(result.get("page_count"))

@@ -9,6 +9,8 @@ from typing import Any
 from pypdf import PdfReader
 from pypdf.errors import PdfReadError
 
+from extraction.clients.base import bare_media_type
+
 MODEL = "sandbox-extractor/1.0"
 
 # Linear time: where two quantifiers meet, at most one character could go to either, so a long
@@ -46,7 +48,7 @@ class Deadline:
 
 def detect_kind(content: bytes, file_name: str, content_type: str) -> str:
     name = file_name.lower()
-    media = content_type.split(";")[0].strip().lower()
+    media = bare_media_type(content_type)
     if content.startswith(b"%PDF") or media == "application/pdf" or name.endswith(".pdf"):
         return "pdf"
     if media in ("text/csv", "application/csv") or name.endswith(".csv"):

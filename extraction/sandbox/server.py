@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 import requests
 from django.utils.crypto import salted_hmac
 
+from extraction.clients.base import bare_media_type
 from extraction.errors import SourceError
 from extraction.sandbox.extract import (
     CorruptDocumentError,
@@ -84,7 +85,7 @@ def extracted(content: bytes, file_name: str, content_type: str) -> dict:
     (what was extracted, which a URL job records)."""
     result = extract(content, file_name, content_type)
     result["document"] = {
-        "content_type": content_type.split(";")[0].strip().lower(),
+        "content_type": bare_media_type(content_type),
         "size": len(content),
         "sha256": hashlib.sha256(content).hexdigest(),
     }
