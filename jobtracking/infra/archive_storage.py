@@ -13,6 +13,8 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
+from jobtracking.infra.files import storage_sha256
+
 ARCHIVE_STORAGE = "archive"
 # A part bigger than this goes to a temporary file while it is written, not memory.
 SPOOL_MAX_BYTES = 8 * 1024 * 1024
@@ -39,12 +41,8 @@ class StoredFile:
 
 
 def stored_sha256(path: str, storage: Storage | None = None) -> str:
-    """The SHA-256 of a stored file, read back in chunks."""
-    digest = hashlib.sha256()
-    with (storage or archive_storage()).open(path, "rb") as stored:
-        while chunk := stored.read(READ_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The SHA-256 of a file in `storage` (the archive's by default), read back in chunks."""
+    return storage_sha256(path, storage or archive_storage())
 
 
 class LinesWriter:

@@ -60,8 +60,13 @@ class DigestingFile(File):
 
 def stored_sha256(field_file) -> str:
     """The SHA-256 of a stored file, read back in chunks."""
+    return storage_sha256(field_file.name, field_file.storage)
+
+
+def storage_sha256(path: str, storage) -> str:
+    """The SHA-256 of the file at `path` in `storage`, read back in chunks."""
     digest = hashlib.sha256()
-    with field_file.open("rb") as stored:
+    with storage.open(path, "rb") as stored:
         for chunk in stored.chunks():
             digest.update(chunk)
     return digest.hexdigest()

@@ -140,7 +140,7 @@ def _record(
         count, has_files, rows = children[key].get(job["id"]) or (0, False, "[]")
         part.counts[key] += count
         record += [f',"{key}":', _with_files(model, has_files, rows, files, part.attachments)]
-    count, _has_files, summary = deliveries.get(job["id"]) or (0, False, "{}")
+    count, summary = deliveries.get(job["id"]) or (0, "{}")
     part.counts["deliveries"] += count
     record += [',"deliveries":', summary, "}"]
     return "".join(record)
@@ -234,7 +234,7 @@ def _deliveries_sql() -> str:
     event = quote(WebhookDelivery._meta.get_field("event").column)
     job = quote(JobEvent._meta.get_field("job").column)
     return (
-        "SELECT job_id, sum(count)::bigint, false, jsonb_object_agg(state, jsonb_build_object("
+        "SELECT job_id, sum(count)::bigint, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
         "FROM "
         f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "

@@ -264,7 +264,7 @@ def audit_verify(
     if result.broken is None:
         _verify_rows(result, _rows(job_ids, rows_since), signed)
     if result.broken is None:
-        walked = job_ids if job_ids is not None else None if since is None else list(result.last)
+        walked = job_ids if job_ids is not None or since is None else list(result.last)
         _verify_heads(result, walked)
     if result.broken is None and signed:
         _missing_head(result, checkpoints, signed)
