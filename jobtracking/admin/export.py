@@ -51,13 +51,13 @@ CSV_COLUMNS: list[tuple[str, str, Callable[[Any], Any]]] = [
 ]
 
 
-class _Echo:
+class Echo:
     def write(self, value):
         return value
 
 
 def _lines(jobs: QuerySet[ExtractionJob]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
+    writer = csv.writer(Echo())
     yield writer.writerow([header for header, _source, _write in CSV_COLUMNS])
     rows = (
         jobs.annotate(turnaround=TURNAROUND)

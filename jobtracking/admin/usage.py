@@ -15,7 +15,7 @@ from django.http import StreamingHttpResponse
 from django.template.response import TemplateResponse
 
 from jobtracking.admin.dashboard import AXIS_WIDTH, CHART_BOTTOM, CHART_HEIGHT, CHART_TOP, _ticks
-from jobtracking.admin.export import csv_safe
+from jobtracking.admin.export import Echo, csv_safe
 from jobtracking.models import UsagePrice
 from jobtracking.usage_selectors import UsageLine, usage_client_scope, usage_summary
 
@@ -76,11 +76,6 @@ def usage_csv(lines: Iterable[UsageLine], keys: list[str]) -> Iterator[list]:
             line.cost if line.cost is not None else "",
             line.currency or "",
         ]
-
-
-class Echo:
-    def write(self, value: str) -> str:
-        return value
 
 
 def month_days(month: date) -> tuple[date, date]:

@@ -3,7 +3,7 @@ grouped as asked (`usage_selectors.usage_summary`), for the caller's own jobs or
 view-all permission, every client's."""
 
 from dataclasses import asdict
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -16,10 +16,6 @@ from jobtracking.api.query import StrictQueryParameters
 from jobtracking.usage_selectors import GROUPS, usage_client_scope, usage_summary
 
 MAX_DAYS = 366
-
-
-def month_start(day: date) -> date:
-    return day.replace(day=1)
 
 
 class UsageQuerySerializer(serializers.Serializer):
@@ -46,7 +42,7 @@ class UsageQuerySerializer(serializers.Serializer):
     def validate(self, attrs):
         today = datetime.now(UTC).date()
         end = attrs.get("to") or today
-        start = attrs.get("from") or month_start(end)
+        start = attrs.get("from") or end.replace(day=1)
         if start > end:
             raise serializers.ValidationError({"from": "On or before `to`."})
         if end - start >= timedelta(days=MAX_DAYS):

@@ -94,7 +94,8 @@ def _call_at(at: datetime, action: Callable[[], Any], job: ExtractionJob, step: 
         time.sleep(wait)
     with tracing.job_span(job, step) as span:
         call = _call(action)
-        tracing.record_outcome(span, *_outcome(call))
+        if span.is_recording():
+            tracing.record_outcome(span, *_outcome(call))
     return call
 
 

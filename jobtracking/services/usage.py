@@ -46,10 +46,10 @@ def usage_row(job: ExtractionJob, billed_pages: int | None, now: datetime) -> Us
         return None
     if billed_pages is None:
         pages, counted_by = 0, UsageCountedBy.RULE
-    elif job.status_id == states.SUCCEEDED:
-        pages, counted_by = min(billed_pages, MAX_PAGES), UsageCountedBy.RESULT
     else:
-        pages, counted_by = min(billed_pages, MAX_PAGES), UsageCountedBy.EXTRACTOR
+        pages = min(billed_pages, MAX_PAGES)
+        succeeded = job.status_id == states.SUCCEEDED
+        counted_by = UsageCountedBy.RESULT if succeeded else UsageCountedBy.EXTRACTOR
     return UsageRecord(
         job_id=job.pk,
         attempt=job.attempt,
