@@ -852,8 +852,10 @@ def test_a_bad_receiver_answer_harms_only_its_own_deliveries(
                 assert (delivery.state, bool(delivery.last_error)) == ("pending", True)
 
 
+# Not strict: whether the next POST lands on the spoiled connection depends on which of the
+# lane's kept connections is free at that moment, so on a busy machine it sometimes passes.
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="issue #42: the lane keeps connections by host and port, so receivers on one host share "
     "them; the next POST on one a receiver's answer left silent or dropped fails, whichever "
     "subscription it is for",
