@@ -116,3 +116,11 @@ class BatchReferenceExistsError(ApplicationError):
 
     code = "batch_reference_exists"
     http_status = 409
+
+
+class BudgetExhaustedError(ApplicationError):
+    """The client's usage budget, set to refuse new jobs once used up, is used up."""
+
+    code = "budget_exhausted"
+    http_status = 403
+    api_hint = "Ask the service's staff to raise the budget, or wait for the next month."

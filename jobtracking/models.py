@@ -4,6 +4,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Cast, Coalesce, Right
@@ -220,6 +221,11 @@ class ExtractionJob(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     # SHA-256 of the creating request, to tell a replay from a reuse of the key.
     request_fingerprint = models.CharField(max_length=64, blank=True)
+    # The billable pages the service knows before submission (an uploaded PDF's page count, an
+    # image's one page); None when unknown. The budget gate counts it (`services.budgets`).
+    expected_pages = models.PositiveIntegerField(null=True, blank=True)
+    # When the job was last held for its client's budget (status `held`); None otherwise.
+    held_since = models.DateTimeField(null=True, blank=True)
     # The W3C trace context of the span that created the job ("" with tracing off): every
     # later step of the job is a span of that trace (`jobtracking.infra.tracing`).
     traceparent = models.CharField(max_length=55, blank=True, default="")
@@ -497,7 +503,8 @@ class ExtractionResult(models.Model):
 class JobEvent(models.Model):
     """Transactional outbox: written in the same transaction as the change it describes.
     The auto-increment id is the pull feed's cursor. An event is about one job or about one
-    batch (`batch.*` types), or is a signed audit checkpoint (about neither)."""
+    batch (`batch.*` types), is a signed audit checkpoint (about neither), or is about a
+    client's usage (`requested_by`)."""
 
     id = models.BigAutoField(primary_key=True)
     event_id = models.UUIDField(default=uuid7, unique=True, editable=False)
@@ -515,6 +522,15 @@ class JobEvent(models.Model):
         null=True,
         blank=True,
         related_name="events",
+        db_index=False,
+    )
+    # Whose event it is when it is of neither a job nor a batch (`usage.threshold_reached`).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
         db_index=False,
     )
     type = models.CharField(max_length=30, choices=[(t, t) for t in states.OUTBOX_EVENT_TYPES])
@@ -536,7 +552,13 @@ class JobEvent(models.Model):
             models.CheckConstraint(
                 condition=Q(job__isnull=False, batch__isnull=True)
                 | Q(job__isnull=True, batch__isnull=False)
-                | Q(job__isnull=True, batch__isnull=True, type=states.AUDIT_CHECKPOINT),
+                | Q(job__isnull=True, batch__isnull=True, type=states.AUDIT_CHECKPOINT)
+                | Q(
+                    job__isnull=True,
+                    batch__isnull=True,
+                    requested_by__isnull=False,
+                    type=states.USAGE_THRESHOLD_REACHED,
+                ),
                 name="event_of_a_job_or_a_batch",
             )
         ]
@@ -1004,3 +1026,56 @@ class UsageMonthly(UsageSums):
                 fields=["day", "client_key", "extractor", "model_id"], name="usage_monthly_key"
             )
         ]
+
+
+class WhenUsedUp(models.TextChoices):
+    HOLD = "hold", "Hold new and pending jobs until there is room"
+    REFUSE = "refuse", "Refuse new jobs at creation (403 budget_exhausted)"
+
+
+class UsageBudget(models.Model):
+    """A client's monthly budget in pages, for all its extractors or (with `extractor`) for one.
+    The budget gate (`services.budgets`) submits a job only while the month's pages used, those
+    of the client's jobs in flight and its own fit within every budget that covers it."""
+
+    client = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage_budgets"
+    )
+    extractor = models.ForeignKey(
+        Extractor,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Blank: the client's jobs on every extractor.",
+    )
+    pages = models.PositiveBigIntegerField(help_text="Billable pages a calendar month (UTC).")
+    threshold_percent = models.PositiveSmallIntegerField(
+        default=80,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="A usage.threshold_reached event goes out when the month's usage reaches it.",
+    )
+    when_used_up = models.CharField(max_length=10, choices=WhenUsedUp.choices, default="hold")
+    # The first day of the month whose threshold event went out (one a month).
+    threshold_sent_for = models.DateField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "extractor"],
+                condition=Q(extractor__isnull=False),
+                name="budget_one_per_client_extractor",
+                violation_error_message="The client has a budget for this extractor already.",
+            ),
+            models.UniqueConstraint(
+                fields=["client"],
+                condition=Q(extractor__isnull=True),
+                name="budget_one_per_client",
+                violation_error_message="The client has a budget for every extractor already.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        scope = self.extractor.slug if self.extractor_id else "every extractor"
+        return f"{self.client} on {scope}: {self.pages} pages a month"

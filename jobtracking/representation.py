@@ -24,6 +24,7 @@ DATETIME_FIELDS = (
     "completed_at",
     "updated_at",
     "deadline_at",
+    "held_since",
 )
 
 
@@ -127,6 +128,7 @@ class JobRepresentation:
             "file_size": job.file_size,
             "file_sha256": job.file_sha256,
             "file_facts": self.file_facts(job),
+            "expected_pages": job.expected_pages,
             "source_url": job.source_url,
             "has_upload": self.has_upload(job),
             "options": job.options,
@@ -146,6 +148,7 @@ class JobRepresentation:
             "completed_at": write(job.completed_at),
             "updated_at": write(job.updated_at),
             "deadline_at": write(job.deadline_at),
+            "held_since": write(job.held_since),
             "durations": self.durations(job),
             "links": self.links(pk, job.batch_id),
         }

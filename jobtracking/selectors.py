@@ -46,6 +46,12 @@ def sees_every_client(user: AbstractBaseUser) -> bool:
     return user.has_perm(VIEW_ALL)
 
 
+# Whose an event is: its job's, its batch's, or (a usage event) its own `requested_by`'s; and
+# so whose a webhook delivery is.
+EVENT_OWNERS = ("job", "batch", "")
+DELIVERY_OWNERS = tuple(f"event__{path}" if path else "event" for path in EVENT_OWNERS)
+
+
 def visible(
     rows: QuerySet, *, user: AbstractBaseUser, via: str | tuple[str, ...] = "job"
 ) -> QuerySet:
@@ -111,10 +117,10 @@ def archived_job_record(entry: ArchivedJob) -> bytes:
 
 
 def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEvent]:
-    """Events of the jobs and batches `user` may see, older than `settle` so that ids no
-    longer appear out of commit order."""
+    """Events of the jobs and batches `user` may see, and their own usage events, older than
+    `settle` so that ids no longer appear out of commit order."""
     events = JobEvent.objects.filter(created_at__lte=timezone.now() - settle)
-    return visible(events, user=user, via=("job", "batch"))
+    return visible(events, user=user, via=EVENT_OWNERS)
 
 
 def webhook_endpoint_list(*, user: AbstractBaseUser) -> QuerySet[WebhookSubscription]:
@@ -132,9 +138,7 @@ def webhook_delivery_list(
     attempts = Prefetch(
         "attempt_log", queryset=DeliveryAttempt.objects.order_by("attempted_at", "id")
     )
-    return visible(deliveries, user=user, via=("event__job", "event__batch")).prefetch_related(
-        attempts
-    )
+    return visible(deliveries, user=user, via=DELIVERY_OWNERS).prefetch_related(attempts)
 
 
 def event_feed_position(*, settle: timedelta) -> int:

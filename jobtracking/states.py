@@ -26,6 +26,7 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
+HELD = "held"
 
 # Who may move a job into a status: the audit rows' actor types (`models.ActorType`).
 CLIENT = frozenset({"api"})
@@ -35,6 +36,8 @@ ANYONE = CLIENT | STAFF | ENGINE
 
 EVENT_CREATED = "job.created"
 EVENT_REQUEUED = "job.requeued"
+EVENT_HELD = "job.held"
+EVENT_RELEASED = "job.released"
 
 # A move: (the status it comes from or goes to, the event type it publishes or None).
 Edge = tuple[str | None, str | None]
@@ -85,6 +88,15 @@ STATUSES: tuple[Status, ...] = (
         reaped_at_deadline=True,
         set_by=ANYONE,  # created or requeued by clients and staff; handed back by the engine
         entered_from=((None, EVENT_CREATED), (SUBMITTING, None)),
+    ),
+    Status(
+        HELD,
+        "Held",
+        "Waiting for room in its client's usage budget: a raised budget or a new month",
+        # Not dispatched: it waits for budget room, which `services.budgets` gives it back in
+        # its turn. Its deadline does not run meanwhile (a release sets a new one).
+        entered_from=((PENDING, EVENT_HELD),),
+        leads_to=((PENDING, EVENT_RELEASED),),
     ),
     Status(
         SUBMITTING,
@@ -265,7 +277,10 @@ BATCH_EVENT_TYPES: tuple[str, ...] = (BATCH_CREATED, BATCH_COMPLETED, BATCH_CANC
 # Every type the outbox carries, the feed filters by and webhooks subscribe to.
 # A signed audit checkpoint (docs/audit.md): of no job or batch, seen by whoever sees them all.
 AUDIT_CHECKPOINT = "audit.checkpoint"
-OUTBOX_EVENT_TYPES = EVENT_TYPES + BATCH_EVENT_TYPES + (AUDIT_CHECKPOINT,)
+# A client's usage reached its budget's threshold (`services.budgets`): of the client, seen by
+# them and by whoever sees every client.
+USAGE_THRESHOLD_REACHED = "usage.threshold_reached"
+OUTBOX_EVENT_TYPES = EVENT_TYPES + BATCH_EVENT_TYPES + (AUDIT_CHECKPOINT, USAGE_THRESHOLD_REACHED)
 
 
 def is_allowed(from_status: str | None, to_status: str, *, force: bool = False) -> bool:

@@ -78,6 +78,9 @@ class ExtractionJobFactory(factory.django.DjangoModelFactory):
     deadline_at = factory.LazyFunction(lambda: timezone.now() + timedelta(hours=1))
 
     class Params:
+        held = factory.Trait(
+            status_id=states.HELD, due_at=None, held_since=factory.LazyFunction(timezone.now)
+        )
         submitting = factory.Trait(
             status_id=states.SUBMITTING,
             submit_attempts=1,

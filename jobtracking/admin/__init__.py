@@ -3,7 +3,16 @@
 from django.contrib import admin
 from django.urls import reverse_lazy
 
-from jobtracking.admin import audit, batches, extractors, jobs, tokens, usage, webhooks
+from jobtracking.admin import (
+    audit,
+    batches,
+    budgets,
+    extractors,
+    jobs,
+    tokens,
+    usage,
+    webhooks,
+)
 
 # Django's navigation sidebar takes 280 px of every page: at 1366 px the jobs list then needs a
 # horizontal scroll. The index and the breadcrumbs lead everywhere it does.
@@ -14,4 +23,4 @@ admin.site.index_title = "Staff console"
 # button on the index).
 admin.site.site_url = reverse_lazy("docs")
 
-__all__ = ["audit", "batches", "extractors", "jobs", "tokens", "usage", "webhooks"]
+__all__ = ["audit", "batches", "budgets", "extractors", "jobs", "tokens", "usage", "webhooks"]

@@ -17,6 +17,7 @@ from jobtracking.admin.common import (
 )
 from jobtracking.admin.paging import EstimatedCountPaginator
 from jobtracking.models import ExtractionResult, JobEvent, JobStatus, JobStatusChange
+from jobtracking.selectors import EVENT_OWNERS
 
 
 @admin.register(JobStatusChange)
@@ -158,8 +159,8 @@ class ExtractionResultAdmin(JobIdSearch, JobScopedAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(JobIdSearch, JobScopedAdmin):
-    # An event is of a job or of a batch (`batch.*` types).
-    job_path = ("job", "batch")
+    # An event is of a job, of a batch (`batch.*` types) or of a client (`usage.*`).
+    job_path = EVENT_OWNERS
     list_display = ["id", "type", "job_link", "published", "event_id"]
     list_filter = ["type", PublishedFilter]
     search_help_text = "An event id or job id (whole)."

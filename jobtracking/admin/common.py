@@ -5,6 +5,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import models
@@ -20,6 +21,7 @@ from jobtracking.services import Actor
 
 STATUS_COLOURS = {
     "pending": "#6c757d",
+    "held": "#b58105",
     "submitting": "#0d6efd",
     "submitted": "#0d6efd",
     "processing": "#6610f2",
@@ -178,3 +180,20 @@ class JobScopedAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request):
         return visible(super().get_queryset(request), user=request.user, via=self.job_path)
+
+
+def reason_field(what: str) -> forms.CharField:
+    """The Reason a staff member gives for a change that `LoggedWithReason` logs."""
+    return forms.CharField(
+        max_length=500,
+        help_text=f"Why {what}: it goes in the admin log with your name.",
+    )
+
+
+class LoggedWithReason:
+    """A model admin whose form has a `reason` field (`reason_field`): every add and change is
+    logged in the admin log with who made it and why."""
+
+    def construct_change_message(self, request, form, formsets, add=False) -> str:
+        what = "Set" if add else f"Changed {', '.join(form.changed_data) or 'nothing'}"
+        return f"{what}: {form.instance}. Reason: {form.cleaned_data['reason']}"

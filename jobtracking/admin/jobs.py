@@ -145,6 +145,7 @@ class ExtractionJobAdmin(ArchivedJobViews, JobPageViews, ReadOnlyAdmin):
                     "file_size",
                     "file_sha256",
                     "file_facts",
+                    "expected_pages",
                     "source_url",
                     "upload_link",
                 ]
@@ -178,7 +179,16 @@ class ExtractionJobAdmin(ArchivedJobViews, JobPageViews, ReadOnlyAdmin):
         ),
         (
             "Times",
-            {"fields": ["created_at", "submitted_at", "started_at", "completed_at", "updated_at"]},
+            {
+                "fields": [
+                    "created_at",
+                    "held_since",
+                    "submitted_at",
+                    "started_at",
+                    "completed_at",
+                    "updated_at",
+                ]
+            },
         ),
         (
             "Engine internals",

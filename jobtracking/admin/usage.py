@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import StreamingHttpResponse
 from django.template.response import TemplateResponse
 
+from jobtracking.admin.common import LoggedWithReason, reason_field
 from jobtracking.admin.dashboard import AXIS_WIDTH, CHART_BOTTOM, CHART_HEIGHT, CHART_TOP, _ticks
 from jobtracking.admin.export import Echo, csv_safe
 from jobtracking.models import UsagePrice
@@ -26,10 +27,7 @@ COLOURS = ["#0d6efd", "#198754", "#fd7e14", "#6f42c1", "#d63384", "#20c997", "#6
 
 
 class UsagePriceForm(forms.ModelForm):
-    reason = forms.CharField(
-        max_length=500,
-        help_text="Why the price is set or changed: it goes in the admin log with your name.",
-    )
+    reason = reason_field("the price is set or changed")
 
     class Meta:
         model = UsagePrice
@@ -37,7 +35,7 @@ class UsagePriceForm(forms.ModelForm):
 
 
 @admin.register(UsagePrice)
-class UsagePriceAdmin(admin.ModelAdmin):
+class UsagePriceAdmin(LoggedWithReason, admin.ModelAdmin):
     """Prices per extractor and model from a day on. A price is never deleted (past usage is
     priced by it); a new price is a new row from its first day; a correction is logged."""
 
@@ -58,10 +56,6 @@ class UsagePriceAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
-
-    def construct_change_message(self, request, form, formsets, add=False) -> str:
-        what = "Price set" if add else f"Changed {', '.join(form.changed_data) or 'nothing'}"
-        return f"{what}: {form.instance}. Reason: {form.cleaned_data['reason']}"
 
 
 def usage_csv(lines: Iterable[UsageLine], keys: list[str]) -> Iterator[list]:

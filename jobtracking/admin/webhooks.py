@@ -29,7 +29,7 @@ from jobtracking.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
-from jobtracking.selectors import VIEW_ALL, visible
+from jobtracking.selectors import DELIVERY_OWNERS, VIEW_ALL, visible
 from jobtracking.services.deliveries import delivery_retry
 from jobtracking.services.subscriptions import subscription_rotate_secret
 from jobtracking.webhooks.sending import (
@@ -265,8 +265,8 @@ class DeliveryAttemptInline(ReadOnlyInline):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(JobScopedAdmin):
-    # An event is of a job or of a batch: either one makes the delivery visible.
-    job_path = ("event__job", "event__batch")
+    # An event is of a job, of a batch or of a client (usage): each makes the delivery visible.
+    job_path = DELIVERY_OWNERS
     list_display = [
         "id",
         "event_type",

@@ -79,6 +79,12 @@ PROBLEMS = {
         "An active job already exists for this extractor and file_id; `job_id` names it. Wait for "
         "it or cancel it first.",
     ),
+    "budget_exhausted": (
+        403,
+        "The client's monthly usage budget, set to refuse new jobs once used up, is used up. "
+        "`budget_pages` and `used_pages` say how far; `resets_at` is when the next month "
+        "begins. Ask the service's staff to raise the budget, or wait for it.",
+    ),
     "batch_closed": (
         409,
         "The batch is closed (or cancelled): it takes no more jobs. Create a new batch for them.",

@@ -144,6 +144,15 @@ class ExtractionJobSerializer(UtcModelSerializer):
     )
     has_upload = serializers.SerializerMethodField()
     file_facts = serializers.SerializerMethodField()
+    expected_pages = serializers.IntegerField(
+        allow_null=True,
+        help_text="The billable pages known before submission (an uploaded PDF's page count, "
+        "an image's one page), which a usage budget counts; null when unknown (counted as one).",
+    )
+    held_since = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Since when the job is `held` for its client's usage budget; null otherwise.",
+    )
     error = serializers.SerializerMethodField()
     durations = serializers.SerializerMethodField()
     links = serializers.SerializerMethodField()
@@ -161,6 +170,7 @@ class ExtractionJobSerializer(UtcModelSerializer):
             "file_size",
             "file_sha256",
             "file_facts",
+            "expected_pages",
             "source_url",
             "has_upload",
             "options",

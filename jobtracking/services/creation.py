@@ -35,6 +35,7 @@ from jobtracking.infra.files import (
     readable_file_name,
     stored_sha256,
 )
+from jobtracking.infra.pages import known_pages
 from jobtracking.infra.rows import (
     columns,
     insert_fields,
@@ -50,6 +51,7 @@ from jobtracking.infra.rows import (
 from jobtracking.infra.wakeup import CHANNEL as WAKE_CHANNEL
 from jobtracking.infra.wakeup import NOTIFY_SQL, notify_due
 from jobtracking.models import Batch, ExtractionJob, JobEvent, JobStatusChange, Priority
+from jobtracking.services.budgets import budget_refusal
 from jobtracking.services.deliveries import deliveries_fan_out, fan_out_statement, fan_out_values
 from jobtracking.services.transitions import Actor, active_job_error, holder_error
 
@@ -131,7 +133,8 @@ def _uploads_stored(uploads: list[tuple[int, ExtractionJob, File]]):
     """Saves each job's upload under a generated name (`file_name` keeps the client's, which may
     be longer than a file system allows), taking its SHA-256 as it is written, and deletes them
     again unless the block completes. Yields the refusals, by item index, of uploads whose
-    digest is not the one their client declared (their files are the caller's to delete). A
+    digest is not the one their client declared (their files are the caller's to delete). Each
+    job learns the pages it is known to have (`infra.pages`), which its client's budget counts. A
     file left by a caller's transaction that rolled back is for `sweep_uploads`."""
     stored, mismatched = [], {}
     try:
@@ -145,6 +148,7 @@ def _uploads_stored(uploads: list[tuple[int, ExtractionJob, File]]):
                     {"file_sha256": f"The file's SHA-256 is {digest}, not {job.file_sha256}."}
                 )
             job.file_sha256 = digest
+            job.expected_pages = known_pages(upload, job.content_type)
         yield mismatched
     except BaseException:
         _delete_uploads(stored)
@@ -231,6 +235,7 @@ def job_create_many(
 
 
 def _create_many(items, actor, reason, default_priority, batch) -> list[BulkOutcome]:
+    budget_refusal(actor.user_id, {new.extractor.pk for new in items})
     now = timezone.now()
     # The trace every later step of these jobs joins: the create span's.
     traceparent = tracing.current_traceparent()

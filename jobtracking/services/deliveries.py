@@ -107,8 +107,9 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     )
     if not subscriptions:
         return
-    # Whose each event is: its job's requester, or its batch's.
-    requesters = dict(
+    # Whose each event is: its job's requester, its batch's, or its own (a usage event).
+    requesters = {event.pk: event.requested_by_id for event in events if event.requested_by_id}
+    requesters |= dict(
         ExtractionJob.objects.filter(
             pk__in={event.job_id for event in events if event.job_id}
         ).values_list("pk", "requested_by_id")
@@ -122,7 +123,12 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
         _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
         for event in events
         for sub in subscriptions
-        if wants(sub, event.type, requesters.get(event.job_id or event.batch_id), sub.reaches_all)
+        if wants(
+            sub,
+            event.type,
+            requesters.get(event.job_id or event.batch_id or event.pk),
+            sub.reaches_all,
+        )
     )
 
 

@@ -1,7 +1,8 @@
 """The worker's moves, in batches. A batch task (`tasks.process_jobs`) runs three steps:
 
 1. `jobs_start`, one transaction: consume the batch's claims; time out overdue jobs; hand back
-   expired submission leases; take submission leases within the extractor's in-flight cap and
+   expired submission leases; hold jobs their client's usage budget has no room for
+   (`services.budgets`); take submission leases within the extractor's in-flight cap and
    submission rate; reserve poll slots within its poll rate. Jobs that must wait get a later
    `due_at` and the dispatcher hands them out again then.
 2. The extractor calls, concurrently, outside any transaction (`tasks.py`).
@@ -52,6 +53,7 @@ from jobtracking.models import (
     RateSlot,
 )
 from jobtracking.priorities import lane_rate, pending_priorities, split, submit_lanes
+from jobtracking.services.budgets import budget_gate
 from jobtracking.services.circuits import circuit_gate
 from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
 from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
@@ -116,6 +118,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
                 to_poll[job.extractor].append(job)
         started = StartedBatch()
         moves += _hold_behind_circuits(to_lease, to_poll, now, started)
+        moves += budget_gate(to_lease, now, batch_ids=[job.pk for job in jobs])
         for extractor, candidates in to_lease.items():
             moves += _lease_moves(extractor, candidates, handed_back[extractor.pk], now, started)
         for extractor, candidates in to_poll.items():

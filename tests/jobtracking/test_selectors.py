@@ -111,6 +111,7 @@ def test_active_jobs_by_extractor_counts_pending_apart_from_in_flight():
     assert rows["beta"]["pending"].oldest_at is None
     assert rows["beta"]["in_flight"].oldest_at == now - timedelta(minutes=9)
     assert active["by_status"] == {
+        "held": 0,
         "pending": 2,
         "processing": 1,
         "submitted": 1,

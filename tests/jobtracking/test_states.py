@@ -41,17 +41,23 @@ EXPECTED = {
         for t in ("failed", "timed_out", "cancelled")
     },
     *{(s, "pending") for s in ("succeeded", "failed", "timed_out", "cancelled")},
+    # Held for the client's budget, and released; a held job may fail or be cancelled, but its
+    # deadline does not run while it waits.
+    ("pending", "held"),
+    ("held", "pending"),
+    ("held", "failed"),
+    ("held", "cancelled"),
 }
 
 
-def test_states_split_into_four_active_and_four_terminal():
-    assert states.ACTIVE == {"pending", "submitting", "submitted", "processing"}
+def test_states_split_into_five_active_and_four_terminal():
+    assert states.ACTIVE == {"pending", "held", "submitting", "submitted", "processing"}
     assert states.TERMINAL == {"succeeded", "failed", "timed_out", "cancelled"}
 
 
 def test_states_derive_each_set_from_the_declarations():
     assert states.IN_FLIGHT == {"submitting", "submitted", "processing"}
-    assert states.DISPATCHED == states.REAPED_AT_DEADLINE == states.ACTIVE
+    assert states.DISPATCHED == states.REAPED_AT_DEADLINE == states.ACTIVE - {"held"}
     assert states.WORKED_ENDS == {"succeeded", "failed"}
     assert states.FAILURES == {"failed", "timed_out", "cancelled"}
     assert states.JUDGED == {"succeeded", "failed", "timed_out"}

@@ -8,6 +8,7 @@ SCHEDULES = {
     "cluster heartbeat": ("jobtracking.engine.tasks.cluster_heartbeat", 1),
     "dispatch and webhook retries (safety net)": ("jobtracking.engine.dispatcher.dispatch_once", 1),
     "roll up usage": ("jobtracking.services.usage.usage_roll_up", 1),
+    "release held jobs, send budget thresholds": ("jobtracking.services.budgets.budgets_tend", 1),
     "purge jobs past retention": ("jobtracking.engine.tasks.purge_expired_jobs", 60 * 24),
     "sweep unreferenced uploads": ("jobtracking.services.retention.uploads_sweep", 60 * 24),
     "sign an audit checkpoint": ("jobtracking.engine.tasks.audit_checkpoint", 10),

@@ -376,9 +376,9 @@ def test_extractors_show_the_rate_limits_in_force(api, extractor):
     assert (data["sandbox"]["submit_rate_limit"], data["sandbox"]["poll_rate_limit"]) == (0, 0)
 
 
-def test_statuses_lists_the_eight_statuses(api):
+def test_statuses_lists_the_nine_statuses(api):
     data = api.get("/api/v1/statuses/").json()
-    assert [s["code"] for s in data][:2] == ["pending", "submitting"] and len(data) == 8
+    assert [s["code"] for s in data][:3] == ["pending", "held", "submitting"] and len(data) == 9
 
 
 def test_events_feed_pages_by_cursor_and_after(api, owner, other_api, extractor):

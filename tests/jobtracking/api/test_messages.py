@@ -83,8 +83,8 @@ def test_action_messages_read_as_english(api, owner, extractor, action, fields, 
         ("priority=urgent", "Unknown value 'urgent'; use interactive, normal, bulk."),
         (
             "status=pending&status=done",
-            "Unknown value 'done'; use pending, submitting, submitted, processing, succeeded, "
-            "failed, timed_out, cancelled.",
+            "Unknown value 'done'; use pending, held, submitting, submitted, processing, "
+            "succeeded, failed, timed_out, cancelled.",
         ),
     ],
 )

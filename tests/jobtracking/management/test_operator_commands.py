@@ -55,8 +55,8 @@ def test_job_stats_json_is_what_the_api_answers(jobs):
 
 def test_job_stats_table_shows_each_extractors_counts_and_the_rate(jobs):
     table = printed()
-    assert re.search(r"^sandbox\s+2\s+0\s+0\s+0\s+0\s+0\s+0\s+0$", table, re.MULTILINE)
-    assert re.search(r"^azure\s+0\s+0\s+0\s+0\s+1\s+1\s+0\s+0$", table, re.MULTILINE)
+    assert re.search(r"^sandbox\s+2\s+0\s+0\s+0\s+0\s+0\s+0\s+0\s+0$", table, re.MULTILINE)
+    assert re.search(r"^azure\s+0\s+0\s+0\s+0\s+0\s+1\s+1\s+0\s+0$", table, re.MULTILINE)
     assert "success rate: 50.0 %" in table
 
 
