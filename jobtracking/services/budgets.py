@@ -81,9 +81,16 @@ class Room:
         return self.budget.extractor_id in (None, job.extractor_id)
 
 
-def budget_room(budget: UsageBudget, now: datetime, *, besides: Iterable = ()) -> Room:
-    """What is left of `budget` this month; jobs in `besides` are not counted in flight (the
-    batch being decided, whose handed-back jobs are still `submitting`). One statement, so one
+def budget_room(
+    budget: UsageBudget,
+    now: datetime,
+    *,
+    besides: Iterable = (),
+    counted: frozenset[str] = states.IN_FLIGHT,
+) -> Room:
+    """What is left of `budget` this month, counting the jobs in `counted` statuses as in
+    flight, but those in `besides` (the batch being decided, whose handed-back jobs are still
+    `submitting`). One statement, so one
     snapshot: the month's pages used (the rolled-up month plus the rows not yet rolled up) never
     count a row twice, or miss one, while the rollup moves it."""
     month, scope = month_of(now), {}
@@ -94,7 +101,7 @@ def budget_room(budget: UsageBudget, now: datetime, *, besides: Iterable = ()) -
         rolled_up=False, day__gte=month, client_id=budget.client_id, **scope
     )
     flying = ExtractionJob.objects.filter(
-        status_in(states.IN_FLIGHT), requested_by_id=budget.client_id, **scope
+        status_in(counted), requested_by_id=budget.client_id, **scope
     ).exclude(pk__in=list(besides))
     used, in_flight = (
         UsageBudget.objects.filter(pk=budget.pk)
@@ -225,7 +232,11 @@ def _release(client: int | None, now: datetime) -> int:
     released = 0
     with transaction.atomic():
         _lock_clients([client] if client else [])
-        rooms = [budget_room(budget, now) for budget in _budgets_of([client]).get(client, [])]
+        # Pending jobs count too: they reach the gate before the jobs released now.
+        rooms = [
+            budget_room(budget, now, counted=states.DISPATCHED)
+            for budget in _budgets_of([client]).get(client, [])
+        ]
         jobs = (
             ExtractionJob.objects.filter(status=states.HELD, requested_by=client)
             .select_related("extractor")
