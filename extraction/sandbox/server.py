@@ -2,12 +2,12 @@
 
 It really extracts (see `extract.py`) and injects faults on demand: latency, transient 5xx,
 429 with Retry-After (at random, or above a rate limit), permanent failures, lost jobs, slow
-responses. It honours Idempotency-Key
-and keeps counters (submissions per key, poll times, polls that came before the Retry-After it
-gave) at `GET /_sandbox/stats`, so tests can prove what a client did. For the demo it is also a
-webhook receiver (`POST`/`GET /_sandbox/webhooks`) and serves its sample documents
-(`GET /samples/<name>`) for jobs made from a URL. State lives in memory, bounded: finished jobs
-are forgotten after `job_retention` seconds and results kept up to `max_result_bytes`.
+responses. It honours Idempotency-Key and keeps counters (submissions per key, poll times, polls
+that came before the Retry-After it gave, pages analysed) at `GET /_sandbox/stats`, so tests can
+prove what a client did. For the demo it is also a webhook receiver (`POST`/`GET
+/_sandbox/webhooks`) and serves its sample documents (`GET /samples/<name>`) for jobs made from a
+URL. State lives in memory, bounded: finished jobs are forgotten after `job_retention` seconds and
+results kept up to `max_result_bytes`.
 
 Every `/_sandbox/...` route but the webhook receiver's POST needs the `X-Sandbox-Token` header
 (see `control_token`): a client of the service can make the sandbox fetch a URL, and the service
@@ -18,6 +18,13 @@ An outage makes it answer 503 (a JSON error, no Retry-After) to every `/v1/...` 
 (`--outage-seconds`), or from now on for `{"seconds": N}` posted to `POST /_sandbox/outage`
 (0 ends it). The stats then show `down` and `outage_calls` (total and by kind: submit, poll,
 result, cancel); `POST /_sandbox/reset` clears them and ends the outage.
+
+Pages analysed, what usage tests compare the service's totals with: each extraction it creates
+adds at once the pages it read of its document (the `page_count` of a success's result, the
+`usage.pages` a failure reports; 0 for a document it could not read) to `pages_analysed` and,
+when submitted with an Idempotency-Key (the service sends one per job attempt), to
+`pages_by_key`; a replayed key adds nothing. A cancelled or lost extraction's pages count too,
+though it reports none.
 """
 
 import hashlib
@@ -178,11 +185,13 @@ class SandboxState:
             # Encoded results by (content digest, file name, content type), least recently used
             # first: benchmarks send the same few files thousands of times, and parsing a PDF
             # costs more than all the rest of a submission.
-            self.results: OrderedDict[tuple[bytes, str, str], bytes] = OrderedDict()
+            self.results: OrderedDict[tuple[bytes, str, str], tuple[bytes, int]] = OrderedDict()
             self.result_bytes = 0
             self.job_by_key: dict[str, str] = {}
             self.posts_by_key: Counter[str] = Counter()
             self.created_by_key: Counter[str] = Counter()
+            self.pages_by_key: Counter[str] = Counter()
+            self.pages_analysed = 0
             self.polls: defaultdict[str, list[float]] = defaultdict(list)
             self.not_before: dict[str, float] = {}
             self.early_polls: list[dict[str, float | str]] = []
@@ -216,20 +225,22 @@ class SandboxState:
             self.fetchers.move_to_end(address)
             return session
 
-    def keep_result(self, key: tuple[bytes, str, str], data: bytes) -> None:
-        """Keep an encoded result, dropping the least recently used past `max_result_bytes`."""
+    def keep_result(self, key: tuple[bytes, str, str], data: bytes, pages: int) -> None:
+        """Keep an encoded result and its page count, dropping the least recently used past
+        `max_result_bytes`."""
         with self.lock:
-            self.result_bytes += len(data) - len(self.results.pop(key, b""))
-            self.results[key] = data
+            self.result_bytes += len(data) - len(self.results.pop(key, (b"", 0))[0])
+            self.results[key] = (data, pages)
             while self.result_bytes > self.config.max_result_bytes:
-                self.result_bytes -= len(self.results.popitem(last=False)[1])
+                self.result_bytes -= len(self.results.popitem(last=False)[1][0])
 
-    def cached_result(self, key: tuple[bytes, str, str]) -> bytes | None:
+    def cached_result(self, key: tuple[bytes, str, str]) -> tuple[bytes, int] | None:
+        """An encoded result and its page count (kept beside it: not parsed on every hit)."""
         with self.lock:
-            data = self.results.get(key)
-            if data is not None:
+            kept = self.results.get(key)
+            if kept is not None:
                 self.results.move_to_end(key)
-            return data
+            return kept
 
     def job(self, job_id: str) -> SandboxJob | None:
         """The job, unless lost, forgotten, or its result dropped."""
@@ -240,13 +251,15 @@ class SandboxState:
                 return None
             return job
 
-    def add_job(self, job: SandboxJob) -> None:
-        """Keep a new job (the caller holds the lock)."""
+    def add_job(self, job: SandboxJob, pages: int) -> None:
+        """Keep a new job, which analysed `pages` (the caller holds the lock)."""
         self.forget_ended(job.created)
         self.jobs[job.id] = job
+        self.pages_analysed += pages
         if job.idempotency_key:
             self.job_by_key[job.idempotency_key] = job.id
             self.created_by_key[job.idempotency_key] += 1
+            self.pages_by_key[job.idempotency_key] += pages
 
     def forget_ended(self, now: float) -> None:
         """Forget the jobs that ended over `job_retention` seconds ago, oldest first, with their
@@ -290,6 +303,8 @@ class SandboxState:
                 "posts_by_key": dict(self.posts_by_key),
                 "created_by_key": dict(self.created_by_key),
                 "duplicate_keys": sorted(k for k, n in self.created_by_key.items() if n > 1),
+                "pages_by_key": dict(self.pages_by_key),
+                "pages_analysed": self.pages_analysed,
                 "polls": {job_id: list(times) for job_id, times in self.polls.items()},
                 "early_polls": list(self.early_polls),
                 "requests": dict(self.requests),
@@ -564,7 +579,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
         # The upload is not kept, only its result (once for every upload of the same file).
         result_key = (hashlib.sha256(content).digest(), file_name, content_type)
         error = None
-        if self.state.cached_result(result_key) is None:
+        pages = 0  # read from the document: none when it could not be read
+        if (kept := self.state.cached_result(result_key)) is None:
             try:
                 result = extracted(content, file_name, content_type)
             except UnsupportedDocumentError as unsupported:
@@ -574,15 +590,16 @@ class SandboxHandler(BaseHTTPRequestHandler):
             except CorruptDocumentError as corrupt:
                 error = {"code": "corrupt_document", "message": str(corrupt)}
             else:
-                self.state.keep_result(result_key, json.dumps(result).encode())
+                pages = result["page_count"]
+                self.state.keep_result(result_key, json.dumps(result).encode(), pages)
+        else:
+            pages = kept[1]
         config = self.state.config
         pages_read = 0
         if error is None and self.state.chance(config.permanent_failure_rate):
             self.count_fault("permanent_failure")
             error = {"code": "extraction_failed", "message": "Injected failure."}
-            pages_read = json.loads(self.state.cached_result(result_key) or b"{}").get(
-                "page_count", 0
-            )
+            pages_read = pages
         with self.state.lock:
             if key and key in self.state.job_by_key:  # a concurrent twin won the race
                 return self.send_json(200, {"id": self.state.job_by_key[key], "status": "queued"})
@@ -596,7 +613,7 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 idempotency_key=key,
                 pages_read=pages_read,
             )
-            self.state.add_job(job)
+            self.state.add_job(job, pages)
         self.send_json(202, {"id": job.id, "status": "queued", "options": options})
 
     def document(self, body: bytes) -> tuple[bytes, str, str, dict[str, Any]]:
@@ -678,10 +695,10 @@ class SandboxHandler(BaseHTTPRequestHandler):
         status, _ = job.status(time.time())
         if status != "succeeded":
             return self.send_error_json(409, "not_ready", f"The extraction is {status}.")
-        data = self.state.cached_result(job.result_key)
-        if data is None:  # dropped since
+        kept = self.state.cached_result(job.result_key)
+        if kept is None:  # dropped since
             return self.send_error_json(404, "not_found", f"No extraction {job_id}.")
-        self.send_encoded(200, data)
+        self.send_encoded(200, kept[0])
 
     def cancel(self, job_id: str) -> None:
         job = self.find(job_id)

@@ -229,6 +229,34 @@ def test_sandbox_corrupt_pdf_ends_the_extraction_failed(sandbox):
     assert (final.status, final.error_code) == (RemoteStatus.FAILED, "corrupt_document")
 
 
+def test_sandbox_counts_the_pages_each_extraction_analysed_once_per_key(sandbox):
+    client = make_client(sandbox)
+    client.submit(sample_request("financial-statement.pdf", idempotency_key="pdf"))
+    client.submit(sample_request("financial-statement.pdf", idempotency_key="pdf"))  # a replay
+    # The same file again under a new key: its kept result, analysed (and paid) again.
+    client.submit(sample_request("financial-statement.pdf", idempotency_key="pdf-again"))
+    client.submit(sample_request("grant-report.txt", idempotency_key="txt"))
+    broken = SubmitRequest(
+        file_name="broken.pdf",
+        content_type="application/pdf",
+        content=b"%PDF-1.4 x",
+        idempotency_key="broken",
+    )
+    client.submit(broken)
+    sandbox.configure(permanent_failure_rate=1.0)
+    failed = client.submit(sample_request("grant-report.txt", idempotency_key="failed"))
+    client.submit(sample_request("budget.csv"))  # no key: in the total only
+
+    final = poll_until_done(client, failed.poll_url)
+    stats = sandbox.stats()
+
+    assert (final.status, final.billed_pages) == (RemoteStatus.FAILED, 2)
+    assert stats["pages_by_key"] == {"pdf": 3, "pdf-again": 3, "txt": 2, "broken": 0, "failed": 2}
+    assert stats["pages_analysed"] == 3 + 3 + 2 + 0 + 2 + 1
+    sandbox.reset()
+    assert (sandbox.stats()["pages_by_key"], sandbox.stats()["pages_analysed"]) == ({}, 0)
+
+
 def test_sandbox_unsupported_document_is_rejected(sandbox):
     with pytest.raises(PermanentExtractorError) as caught:
         make_client(sandbox).submit(
