@@ -35,6 +35,7 @@ EXPECTED = {
     ("submitted", "processing"),
     ("submitted", "succeeded"),
     ("processing", "succeeded"),
+    ("pending", "succeeded"),  # an identical document's result reused (issue #45)
     *{
         (s, t)
         for s in ("pending", "submitting", "submitted", "processing")
@@ -82,6 +83,7 @@ def test_event_type_names_client_facing_moves_only():
     assert states.event_type(None, "pending") == "job.created"
     assert states.event_type("failed", "pending") == "job.requeued"
     assert states.event_type("processing", "succeeded") == "job.succeeded"
+    assert states.event_type("pending", "succeeded") == "job.succeeded"
     assert states.event_type("pending", "submitting") is None
     assert states.event_type("submitting", "pending") is None
     published = {t for t in states.TRANSITIONS.values() if t}
