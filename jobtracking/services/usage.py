@@ -114,7 +114,9 @@ def _roll_up_chunk() -> int:
         sums = list(
             taken.values_list("day", "client_id", "extractor_id", "model_id")
             .order_by()
-            .annotate(Sum("pages"), Sum("pages_saved"), Sum(BILLED_ATTEMPT))
+            .annotate(
+                pages_sum=Sum("pages"), saved_sum=Sum("pages_saved"), attempts=Sum(BILLED_ATTEMPT)
+            )
         )
         taken.update(rolled_up=True)
         by_month: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])

@@ -58,9 +58,8 @@ class Command(BaseCommand):
                 "base_url": options["sandbox_url"],
                 "api_key_env": "",  # the bundled sandbox takes no key
                 "enabled": True,
-                # An upload of a sample already extracted is served its result (docs/architecture.md,
-                # Usage):
-                # shown in the demo, where the sandbox costs nothing anyway.
+                # A sample uploaded again is served its first result (docs/architecture.md,
+                # Usage): the demo shows reuse on, which a real extractor's row starts without.
                 "reuse_window": DEMO_REUSE_WINDOW,
             },
         )

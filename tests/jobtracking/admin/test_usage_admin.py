@@ -130,7 +130,7 @@ def test_usage_report_prints_a_month_as_csv_and_as_a_table(november):
     out = io.StringIO()
     call_command("usage_report", "--month", "2026-11", "--group-by", "extractor", stdout=out)
     assert out.getvalue().splitlines()[1].split() == ["layout", "550", "3", "5.5000", "USD"]
-    assert "550 page(s), 2026-11-01 to 2026-11-30" in out.getvalue()
+    assert "550 page(s), 0 saved, 2026-11-01 to 2026-11-30" in out.getvalue()
 
 
 def test_usage_report_refuses_a_bad_month():
