@@ -8,7 +8,9 @@
   (`extraction.registry.billable_pages`); a failed or cancelled one, what the extractor says it
   billed; when it says nothing (Azure on a failed analysis, a cancel or deadline of ours), 0
   pages, marked `rule`: Azure charges for analysed pages only, and a job we end without its word
-  yields nothing we could count.
+  yields nothing we could count. An attempt that took a reused result (`services.reuse`) reached
+  no extractor: 0 pages, marked `reused`, with its source's billed pages as `pages_saved`; it is
+  not a billed attempt (`models.BILLED_ATTEMPT`).
 - `usage_roll_up` (a schedule, every minute) folds unrolled rows into `UsageDaily` and
   `UsageMonthly`. Readers add
   the rows not yet folded (`usage_selectors`), so the totals never wait for it.
