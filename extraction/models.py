@@ -74,6 +74,13 @@ class Extractor(models.Model):
         help_text="Polls and result fetches per second across every worker; 0 means no limit, "
         "empty the adapter's default (Azure: 50).",
     )
+    reuse_window = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="Reuse a result for the same client's identical document (same SHA-256, model "
+        "and options) that succeeded within this long, instead of calling the extractor again; "
+        "empty: never reuse.",
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

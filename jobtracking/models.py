@@ -39,6 +39,10 @@ REQUESTER_KEY = Coalesce("requested_by", models.Value(0), output_field=models.Bi
 # time count from here, so a requeued job's do not include the time it spent ended (the same rule
 # as `ExtractionJob.attempt_started_at`, for queries).
 ATTEMPT_STARTED_AT = Coalesce("requeued_at", "created_at")
+# The jobs whose result another job may reuse (`services.reuse`): succeeded by an extractor (a
+# reused result is not passed on: its window counts from the extraction), with a known digest.
+# The condition of the index that finds them; a query must state it whole to use it.
+REUSE_SOURCE = Q(status=states.SUCCEEDED, reused_from_job__isnull=True) & ~Q(file_sha256="")
 TURNAROUND = models.ExpressionWrapper(
     models.F("completed_at") - ATTEMPT_STARTED_AT, output_field=models.DurationField()
 )
@@ -199,6 +203,9 @@ class ExtractionJob(models.Model):
 
     options = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # False: the client wants the extractor called even where an identical document's result
+    # could be reused (`services.reuse`).
+    reuse_result = models.BooleanField(default=True, db_default=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,
@@ -251,6 +258,10 @@ class ExtractionJob(models.Model):
 
     error_code = models.CharField(max_length=50, choices=ErrorCode.choices, blank=True)
     error_message = models.TextField(blank=True)
+    # The current attempt's result is a copy of this job's attempt's (`services.reuse`): no
+    # extractor was called. The source by id, not by key: purging it keeps this record.
+    reused_from_job = models.UUIDField(null=True, blank=True)
+    reused_from_attempt = models.PositiveIntegerField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
     # The current attempt's start when it is a requeue; empty on the first attempt.
@@ -334,6 +345,14 @@ class ExtractionJob(models.Model):
             models.Index(fields=["external_job_id"], name="job_external_id_idx"),
             models.Index(SHORT_ID, name="job_short_id_idx"),
             models.Index(fields=["requested_by", "-created_at"], name="job_requester_created_idx"),
+            # A reused result's source (`services.reuse`): one client's extracted (not reused)
+            # successes by extractor and document, newest last. Only those are in it, so a job
+            # that never succeeds, or has no digest, costs it nothing.
+            models.Index(
+                fields=["requested_by", "extractor", "file_sha256", "completed_at"],
+                condition=REUSE_SOURCE,
+                name="job_reuse_source_idx",
+            ),
             # A batch's aggregate, from the index alone (an index-only scan of its entries):
             # counts by status, first and last moments, failures by error code. Only jobs of
             # a batch are in it, so other jobs pay nothing for it.
@@ -939,6 +958,16 @@ class UsageCountedBy(models.TextChoices):
     RESULT = "result", "The result's pages"
     EXTRACTOR = "extractor", "The extractor's word"
     RULE = "rule", "No word: our rule (0 pages)"
+    REUSED = "reused", "A reused result (0 pages; its source's pages saved)"
+
+
+# An attempt the extractor billed (1) or a reused result, which no extractor saw (0): summed,
+# the usage's "jobs", by the rollup and by the readers of rows not yet rolled up alike.
+BILLED_ATTEMPT = models.Case(
+    models.When(counted_by=UsageCountedBy.REUSED, then=models.Value(0)),
+    default=models.Value(1),
+    output_field=models.IntegerField(),
+)
 
 
 class UsageRecord(models.Model):
@@ -963,6 +992,8 @@ class UsageRecord(models.Model):
     model_id = models.CharField(max_length=200, blank=True)
     outcome = models.CharField(max_length=20)  # the status that ended the attempt
     pages = models.PositiveIntegerField()
+    # A reused result's: the pages its source was billed, which this attempt did not cost.
+    pages_saved = models.PositiveIntegerField(default=0, db_default=0)
     counted_by = models.CharField(max_length=10, choices=UsageCountedBy.choices)
     recorded_at = models.DateTimeField()
     day = models.DateField()  # recorded_at's UTC day: the rollup's and the price's key
@@ -996,6 +1027,7 @@ class UsageSums(models.Model):
     )
     model_id = models.CharField(max_length=200, blank=True)
     pages = models.BigIntegerField(default=0)
+    pages_saved = models.BigIntegerField(default=0, db_default=0)
     attempts = models.BigIntegerField(default=0)
 
     class Meta:

@@ -133,6 +133,8 @@ class JobRepresentation:
             "has_upload": self.has_upload(job),
             "options": job.options,
             "metadata": job.metadata,
+            "reuse_result": job.reuse_result,
+            "reused_from": self.reused_from(job),
             "requested_by": job.requested_by.username if job.requested_by_id else None,
             "batch": str(job.batch_id) if job.batch_id else None,
             "attempt": job.attempt,
@@ -166,6 +168,18 @@ class JobRepresentation:
     def file_facts(job: ExtractionJob) -> dict[str, str | None]:
         origin, note = file_facts(job)
         return {"origin": origin, "note": note}
+
+    def reused_from(self, job: ExtractionJob) -> dict[str, Any] | None:
+        """The job and attempt whose result this attempt's is a copy of (no extractor was
+        called: `services.reuse`), or None."""
+        if job.reused_from_job is None:
+            return None
+        source = str(job.reused_from_job)
+        return {
+            "job": source,
+            "attempt": job.reused_from_attempt,
+            "link": f"{self.jobs_url}{source}/",
+        }
 
     @staticmethod
     def error(job: ExtractionJob) -> dict[str, Any] | None:

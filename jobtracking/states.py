@@ -133,7 +133,12 @@ STATUSES: tuple[Status, ...] = (
         with_result=True,
         judged=True,
         worked_end=True,
-        entered_from=((SUBMITTED, "job.succeeded"), (PROCESSING, "job.succeeded")),
+        # From pending: an identical document's result reused, with no extractor call.
+        entered_from=(
+            (PENDING, "job.succeeded"),
+            (SUBMITTED, "job.succeeded"),
+            (PROCESSING, "job.succeeded"),
+        ),
     ),
     Status(
         FAILED,

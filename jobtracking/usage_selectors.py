@@ -30,7 +30,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, TruncMonth
 
 from extraction.models import Extractor
-from jobtracking.models import UsageDaily, UsageMonthly, UsagePrice, UsageRecord
+from jobtracking.models import BILLED_ATTEMPT, UsageDaily, UsageMonthly, UsagePrice, UsageRecord
 from jobtracking.selectors import sees_every_client
 
 GROUPS = ("client", "extractor", "model", "day", "month")
@@ -40,7 +40,8 @@ GROUPS = ("client", "extractor", "model", "day", "month")
 class UsageLine:
     group: dict[str, Any]  # the requested groups' values: client, extractor (slug), model…
     pages: int
-    jobs: int  # billed attempts: a requeued job counts once per attempt
+    jobs: int  # billed attempts: a requeued job counts once per attempt, a reused result not
+    pages_saved: int  # the pages reused results did not cost (their sources' billed pages)
     cost: Decimal | None
     currency: str | None
 
@@ -59,7 +60,7 @@ def usage_summary(
     keys = list(dict.fromkeys(group_by))
     prices, in_force = _prices()
     fresh = UsageRecord.objects.filter(rolled_up=False, day__range=(start, end)).annotate(
-        client_key=Coalesce("client", 0), attempts=Value(1)
+        client_key=Coalesce("client", 0), attempts=BILLED_ATTEMPT
     )
     sources = [fresh, *_sums(start, end, prices, by_day="day" in keys)]
     if client is not None:
@@ -67,15 +68,16 @@ def usage_summary(
     parts = [_grouped(rows, keys, in_force) for rows in sources]
     lines: dict[tuple, list] = {}
     for row in parts[0].union(*parts[1:], all=True):
-        *group, price_index, pages, jobs = row
+        *group, price_index, pages, jobs, saved = row
         if pages is None:
             continue  # grouped by constants only (no group, no price): a sum over no rows
         price = prices[price_index] if price_index is not None else None
-        line = lines.setdefault((*group, price and price.currency), [0, 0, None])
+        line = lines.setdefault((*group, price and price.currency), [0, 0, 0, None])
         line[0] += pages
         line[1] += jobs
+        line[2] += saved
         if price is not None:
-            line[2] = (line[2] or 0) + pages * price.price_per_1000_pages
+            line[3] = (line[3] or 0) + pages * price.price_per_1000_pages
     names = _names(keys, lines)
     found = [
         UsageLine(
@@ -84,10 +86,11 @@ def usage_summary(
             },
             pages=pages,
             jobs=jobs,
+            pages_saved=saved,
             cost=None if cost is None else (cost / 1000).quantize(Decimal("0.0001")),
             currency=currency_code,
         )
-        for (*group, currency_code), (pages, jobs, cost) in lines.items()
+        for (*group, currency_code), (pages, jobs, saved, cost) in lines.items()
     ]
     return sorted(found, key=lambda line: [str(v) for v in (*line.group.values(), line.currency)])
 
@@ -118,7 +121,8 @@ def _next_month(day: date) -> date:
 
 
 def _grouped(rows: QuerySet, keys: list[str], in_force: Case) -> QuerySet:
-    """Pages and attempts summed by the groups and the price in force (its index)."""
+    """Pages, attempts and pages saved summed by the groups and the price in force (its
+    index)."""
     expressions = {
         "client": F("client_key"),
         "extractor": F("extractor_id"),
@@ -131,8 +135,8 @@ def _grouped(rows: QuerySet, keys: list[str], in_force: Case) -> QuerySet:
         rows.annotate(**group, g_price=in_force)
         .values(*group, "g_price")
         .order_by()
-        .annotate(g_pages=Sum("pages"), g_jobs=Sum("attempts"))
-        .values_list(*group, "g_price", "g_pages", "g_jobs")
+        .annotate(g_pages=Sum("pages"), g_jobs=Sum("attempts"), g_saved=Sum("pages_saved"))
+        .values_list(*group, "g_price", "g_pages", "g_jobs", "g_saved")
     )
 
 

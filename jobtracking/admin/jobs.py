@@ -161,6 +161,8 @@ class ExtractionJobAdmin(ArchivedJobViews, JobPageViews, ReadOnlyAdmin):
                     "idempotency_key",
                     "options",
                     "metadata",
+                    "reuse_result",
+                    "reused_from",
                 ]
             },
         ),
@@ -212,7 +214,11 @@ class ExtractionJobAdmin(ArchivedJobViews, JobPageViews, ReadOnlyAdmin):
             },
         ),
     ]
-    readonly_fields = [f.name for f in ExtractionJob._meta.fields] + ["file_facts", "upload_link"]
+    readonly_fields = [f.name for f in ExtractionJob._meta.fields] + [
+        "file_facts",
+        "upload_link",
+        "reused_from",
+    ]
 
     @admin.display(description="id", ordering="id")
     def short_id(self, job: ExtractionJob) -> str:
@@ -244,6 +250,15 @@ class ExtractionJobAdmin(ArchivedJobViews, JobPageViews, ReadOnlyAdmin):
         return file_facts(job)[1]
 
     @admin.display(description="upload")
+    @admin.display(description="result reused from")
+    def reused_from(self, job: ExtractionJob):
+        if job.reused_from_job is None:
+            return "— (extracted)" if job.status_id == states.SUCCEEDED else "—"
+        url = reverse("admin:jobtracking_extractionjob_change", args=[job.reused_from_job])
+        return format_html(
+            '<a href="{}">job {}</a>, attempt {}', url, job.reused_from_job, job.reused_from_attempt
+        )
+
     def upload_link(self, job: ExtractionJob):
         if not job.upload:
             return "— (sent by URL)"

@@ -59,14 +59,16 @@ class UsagePriceAdmin(LoggedWithReason, admin.ModelAdmin):
 
 
 def usage_csv(lines: Iterable[UsageLine], keys: list[str]) -> Iterator[list]:
-    """The header, then a row per line: the groups, pages, jobs, cost and currency."""
-    yield [*keys, "pages", "jobs", "cost", "currency"]
+    """The header, then a row per line: the groups, pages, jobs, pages saved, cost and
+    currency."""
+    yield [*keys, "pages", "jobs", "pages_saved", "cost", "currency"]
     for line in lines:
         groups = [csv_safe(line.group[key]) for key in keys]
         yield [
             *groups,
             line.pages,
             line.jobs,
+            line.pages_saved,
             line.cost if line.cost is not None else "",
             line.currency or "",
         ]

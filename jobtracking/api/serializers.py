@@ -10,6 +10,7 @@ from django.core.validators import ProhibitNullCharactersValidator
 from django.db import models
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import empty
 from rest_framework.utils import json as strict_json
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
@@ -67,6 +68,12 @@ class FileFactsSerializer(serializers.Serializer):
         "checked); null while nobody has.",
     )
     note = serializers.CharField(help_text="The same in a sentence, or why they are not known.")
+
+
+class ReusedFromSerializer(serializers.Serializer):
+    job = serializers.UUIDField(help_text="The job whose result was copied.")
+    attempt = serializers.IntegerField(help_text="Its attempt that produced the result.")
+    link = serializers.URLField()
 
 
 class DurationsSerializer(serializers.Serializer):
@@ -153,6 +160,7 @@ class ExtractionJobSerializer(UtcModelSerializer):
         allow_null=True,
         help_text="Since when the job is `held` for its client's usage budget; null otherwise.",
     )
+    reused_from = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     durations = serializers.SerializerMethodField()
     links = serializers.SerializerMethodField()
@@ -175,6 +183,8 @@ class ExtractionJobSerializer(UtcModelSerializer):
             "has_upload",
             "options",
             "metadata",
+            "reuse_result",
+            "reused_from",
             "requested_by",
             "batch",
             "attempt",
@@ -213,6 +223,10 @@ class ExtractionJobSerializer(UtcModelSerializer):
     @extend_schema_field(FileFactsSerializer)
     def get_file_facts(self, job: ExtractionJob) -> dict[str, str | None]:
         return JobRepresentation.file_facts(job)
+
+    @extend_schema_field(ReusedFromSerializer(allow_null=True))
+    def get_reused_from(self, job: ExtractionJob) -> dict[str, Any] | None:
+        return self._representation().reused_from(job)
 
     @extend_schema_field(ErrorSerializer(allow_null=True))
     def get_error(self, job: ExtractionJob) -> dict[str, Any] | None:
@@ -657,6 +671,14 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class DefaultTrueBooleanField(serializers.BooleanField):
+    """A boolean whose absence means its default in a form too: DRF's BooleanField reads a
+    multipart request (an upload) without the field as false, which would turn a default-on
+    setting off for every upload that does not name it."""
+
+    default_empty_html = empty
+
+
 class ExtractionJobCreateSerializer(StrictSerializer):
     extractor = ExtractorField(
         slug_field="slug", queryset=Extractor.objects.filter(enabled=True).order_by("slug")
@@ -688,6 +710,13 @@ class ExtractionJobCreateSerializer(StrictSerializer):
     )
     metadata = JsonObjectField(
         cap_setting="JOBS_METADATA_MAX_BYTES", required=False, default=dict, initial=dict
+    )
+    reuse_result = DefaultTrueBooleanField(
+        required=False,
+        default=True,
+        help_text="false: call the extractor even if the result of an identical document (same "
+        "SHA-256, extractor, model and options) of yours could be reused. Reuse is on only for "
+        "extractors that set a reuse window.",
     )
     # `initial`: the browsable API's select starts at the default, not at its first choice.
     priority = PriorityField(required=False, initial=Priority.NORMAL.code, help_text=PRIORITY_HELP)

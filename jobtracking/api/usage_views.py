@@ -61,6 +61,10 @@ class UsageLineSerializer(serializers.Serializer):
         help_text="Billed attempts: a job requeued counts once per attempt that reached the "
         "extractor."
     )
+    pages_saved = serializers.IntegerField(
+        help_text="Pages not billed because a job took an identical document's reused result: "
+        "what its source was billed (docs/architecture.md, Usage)."
+    )
     cost = serializers.DecimalField(
         max_digits=20,
         decimal_places=4,

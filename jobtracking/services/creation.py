@@ -77,6 +77,8 @@ class NewJob:
     file_sha256: str = ""
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # False: call the extractor even where an identical document's result could be reused.
+    reuse_result: bool = True
     priority: Priority | None = None  # None: the create's default (`job_create_many`)
     # From the request's Idempotency-Key header, not its body (`job_create_idempotent`).
     idempotency_key: str | None = None

@@ -1,9 +1,10 @@
 """The worker's moves, in batches. A batch task (`tasks.process_jobs`) runs three steps:
 
 1. `jobs_start`, one transaction: consume the batch's claims; time out overdue jobs; hand back
-   expired submission leases; hold jobs their client's usage budget has no room for
-   (`services.budgets`); take submission leases within the extractor's in-flight cap and
-   submission rate; reserve poll slots within its poll rate. Jobs that must wait get a later
+   expired submission leases; give pending jobs an identical document's result where their
+   extractor allows it (`services.reuse`: no call); hold jobs their client's usage budget has no
+   room for (`services.budgets`); take submission leases within the extractor's in-flight cap
+   and submission rate; reserve poll slots within its poll rate. Jobs that must wait get a later
    `due_at` and the dispatcher hands them out again then.
 2. The extractor calls, concurrently, outside any transaction (`tasks.py`).
 3. `jobs_record`, one transaction: every call's outcome as a move through `jobs_transition`
@@ -18,8 +19,6 @@ and kind (submit, poll): each reservation hands out evenly spaced call times (no
 `HORIZON` ahead) and moves the row's `next_free_at` past them. The call goes out at its time.
 """
 
-import hashlib
-import json
 import logging
 import math
 from collections import Counter, defaultdict
@@ -31,19 +30,17 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.core.files.base import ContentFile
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from extraction.clients.base import DocumentFacts, ExtractionOutput
+from extraction.clients.base import DocumentFacts
 from extraction.errors import ErrorCode
 from extraction.models import Extractor
 from extraction.registry import service_fetches_source
 from jobtracking import states
 from jobtracking.errors import JobMovedOnError
 from jobtracking.infra.queue import enqueue_cancel_at_extractor
-from jobtracking.infra.storable import safe_json, safe_text
 from jobtracking.models import (
     ExtractionJob,
     ExtractionResult,
@@ -56,6 +53,8 @@ from jobtracking.priorities import lane_rate, pending_priorities, split, submit_
 from jobtracking.services.budgets import budget_gate
 from jobtracking.services.circuits import circuit_gate
 from jobtracking.services.operations import HAND_BACK_REASON, hand_back, time_out
+from jobtracking.services.results import Result, result_row
+from jobtracking.services.reuse import jobs_reuse
 from jobtracking.services.transitions import SYSTEM, BatchOutcome, Move, jobs_transition
 
 logger = logging.getLogger(__name__)
@@ -116,6 +115,11 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
                 to_lease[job.extractor].append(job)
             else:
                 to_poll[job.extractor].append(job)
+        # Before the leases, circuits and rates: a reused result calls no extractor.
+        reuse = jobs_reuse(to_lease, now)
+        if reuse.rows:
+            moves += reuse.moves
+            to_lease = _without(to_lease, reuse.rows.keys())
         started = StartedBatch()
         moves += _hold_behind_circuits(to_lease, to_poll, now, started)
         moves += budget_gate(to_lease, now, batch_ids=[job.pk for job in jobs])
@@ -126,9 +130,19 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
             started.polls += [Planned(job, at) for job, at in zip(candidates, slots, strict=False)]
             moves += [defer_move(job, free_at) for job in candidates[len(slots) :]]
         outcome = jobs_transition(moves, actor=SYSTEM, locked={job.pk: job for job in jobs})
+        reuse.store(outcome)
     started.submits = [p for p in started.submits if p.job.pk not in outcome.refused]
     started.polls = [p for p in started.polls if p.job.pk not in outcome.refused]
     return started
+
+
+def _without(
+    by_extractor: dict[Extractor, list[ExtractionJob]], taken: Collection[UUID]
+) -> dict[Extractor, list[ExtractionJob]]:
+    """The jobs not `taken`, by extractor; an extractor left with none is left out (no lease
+    step, no circuit look-up for it)."""
+    left = {e: [job for job in jobs if job.pk not in taken] for e, jobs in by_extractor.items()}
+    return {extractor: jobs for extractor, jobs in left.items() if jobs}
 
 
 def _hold_behind_circuits(
@@ -527,41 +541,6 @@ def poll_error_move(
     return Move(job.pk, None, expected_from={job.status_id}, prepare=prepare)
 
 
-@dataclass(frozen=True)
-class Result:
-    """A finished job's output, serialized once for its digest, size and storage. `made_safe`
-    lists what was changed to store it (`from_output`), `original` the bytes as sent."""
-
-    payload: dict[str, Any]
-    page_count: int | None
-    model_version: str
-    billable_pages: int
-    made_safe: list[str] = field(default_factory=list)
-    original: bytes = field(default=b"", repr=False)
-    document: DocumentFacts | None = None
-    body: bytes = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        body = json.dumps(self.payload, separators=(",", ":"), sort_keys=True).encode()
-        object.__setattr__(self, "body", body)
-
-    @classmethod
-    def from_output(cls, output: ExtractionOutput, billable_pages: int) -> "Result":
-        """The extractor's output as it can be stored (`jobtracking.infra.storable`): a copy
-        made safe, with the answer's bytes kept verbatim beside it, and the pages the extractor
-        bills for it. Raises `TooDeepError`."""
-        payload, made_safe = safe_json(output.payload)
-        return cls(
-            payload,
-            output.page_count,
-            safe_text(output.model_version),
-            billable_pages,
-            made_safe=made_safe,
-            original=output.raw if made_safe else b"",
-            document=output.document,
-        )
-
-
 def _learn_document(
     job: ExtractionJob, facts: DocumentFacts | None, origin: FileFactsOrigin
 ) -> None:
@@ -649,34 +628,12 @@ def _record(moves: list[Move], results: dict[UUID, Result]) -> BatchOutcome:
     with transaction.atomic():
         outcome = jobs_transition(moves, actor=SYSTEM)
         rows = [
-            _result_row(outcome.moved[pk], result)
+            result_row(outcome.moved[pk], result)
             for pk, result in results.items()
             if pk not in outcome.refused and outcome.moved[pk].status_id == states.SUCCEEDED
         ]
         ExtractionResult.objects.bulk_create(rows)
     return outcome
-
-
-def _result_row(job: ExtractionJob, result: Result) -> ExtractionResult:
-    inline = len(result.body) <= settings.JOBS_RESULT_INLINE_MAX_BYTES
-    row = ExtractionResult(
-        job=job,
-        attempt=job.attempt,
-        payload=result.payload if inline else None,
-        content_sha256=hashlib.sha256(result.body).hexdigest(),
-        size_bytes=len(result.body),
-        page_count=result.page_count,
-        model_version=result.model_version[:200],
-    )
-    if not inline:
-        # Written inside the transaction so that a failed commit leaves no result row; an
-        # orphaned file is harmless and named after the job and attempt.
-        row.payload_file.save(f"{job.id}-{job.attempt}.json", ContentFile(result.body), save=False)
-    if result.made_safe:
-        row.made_safe = result.made_safe
-        row.original_sha256 = hashlib.sha256(result.original).hexdigest()
-        row.original_file.save(f"{job.id}-{job.attempt}", ContentFile(result.original), save=False)
-    return row
 
 
 def jobs_claim(ids: list, *, now, lease) -> None:

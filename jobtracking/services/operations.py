@@ -39,6 +39,7 @@ def _reset_for_new_attempt(job: ExtractionJob) -> None:
     job.progress = 0
     job.remote_expires_at = job.lease_expires_at = job.claimed_at = None
     job.error_code = job.error_message = ""
+    job.reused_from_job = job.reused_from_attempt = None
     job.submitted_at = job.started_at = job.completed_at = None
     # The new attempt's turnaround counts from here, not from the job's creation.
     job.requeued_at = now

@@ -101,6 +101,9 @@ class Move:
     # The pages the extractor bills for the attempt this move ends (`services.usage`): the
     # result's, or what the extractor said it billed; None when it said nothing.
     billed_pages: int | None = None
+    # The pages a reused result saved (`services.reuse`): its source's billed pages. The attempt
+    # costs none.
+    saved_pages: int | None = None
 
 
 @dataclass
@@ -172,7 +175,7 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
             continue
         _stamp(job, move, now)
         reactivated = reactivated or from_status in states.TERMINAL
-        if row := usage_row(job, move.billed_pages, now):
+        if row := usage_row(job, move.billed_pages, now, saved_pages=move.saved_pages):
             usage.append(row)
         if job.batch_id and job.status_id in states.TERMINAL:
             ended_batches.add(job.batch_id)

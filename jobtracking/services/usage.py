@@ -8,7 +8,9 @@
   (`extraction.registry.billable_pages`); a failed or cancelled one, what the extractor says it
   billed; when it says nothing (Azure on a failed analysis, a cancel or deadline of ours), 0
   pages, marked `rule`: Azure charges for analysed pages only, and a job we end without its word
-  yields nothing we could count.
+  yields nothing we could count. An attempt that took a reused result (`services.reuse`) reached
+  no extractor: 0 pages, marked `reused`, with its source's billed pages as `pages_saved`; it is
+  not a billed attempt (`models.BILLED_ATTEMPT`).
 - `usage_roll_up` (a schedule, every minute) folds unrolled rows into `UsageDaily` and
   `UsageMonthly`. Readers add
   the rows not yet folded (`usage_selectors`), so the totals never wait for it.
@@ -18,11 +20,12 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.db import connection, transaction
-from django.db.models import Count, Sum
+from django.db.models import Sum
 
 from jobtracking import states
 from jobtracking.infra.metrics import USAGE_PAGES
 from jobtracking.models import (
+    BILLED_ATTEMPT,
     ExtractionJob,
     UsageCountedBy,
     UsageDaily,
@@ -35,16 +38,27 @@ ROLL_UP_CHUNK = 20_000
 # An extractor's word on its pages is taken up to what the column holds: a hostile count must
 # not make the batch's INSERT fail (it would cost the job its result).
 MAX_PAGES = 2**31 - 1
-# Daily rows per upsert: six parameters each, within PostgreSQL's 65,535 and SQLite's 32,766.
+# A sum row's key, and its sums in the order the rollup computes them.
+KEY_COLUMNS = ("day", "client_key", "extractor_id", "model_id")
+SUM_COLUMNS = ("pages", "pages_saved", "attempts")
+# Daily rows per upsert: seven parameters each, within PostgreSQL's 65,535 and SQLite's 32,766.
 UPSERT_ROWS = 2_000
 
 
-def usage_row(job: ExtractionJob, billed_pages: int | None, now: datetime) -> UsageRecord | None:
+def usage_row(
+    job: ExtractionJob, billed_pages: int | None, now: datetime, *, saved_pages: int | None = None
+) -> UsageRecord | None:
     """The usage of the attempt `job` has just ended (its status is the end), or None when the
-    attempt never reached the extractor (no external job)."""
-    if not job.external_job_id or job.status_id not in states.TERMINAL:
+    attempt never reached the extractor (no external job) and took no reused result.
+    `saved_pages`: the attempt took a reused result, which saved its source's pages."""
+    if job.status_id not in states.TERMINAL:
         return None
-    if billed_pages is None:
+    pages_saved = 0
+    if saved_pages is not None:
+        pages, pages_saved, counted_by = 0, min(saved_pages, MAX_PAGES), UsageCountedBy.REUSED
+    elif not job.external_job_id:
+        return None
+    elif billed_pages is None:
         pages, counted_by = 0, UsageCountedBy.RULE
     else:
         pages = min(billed_pages, MAX_PAGES)
@@ -58,6 +72,7 @@ def usage_row(job: ExtractionJob, billed_pages: int | None, now: datetime) -> Us
         model_id=job.extractor.model_id,
         outcome=job.status_id,
         pages=pages,
+        pages_saved=pages_saved,
         counted_by=counted_by,
         recorded_at=now,
         day=now.astimezone(UTC).date(),
@@ -101,15 +116,17 @@ def _roll_up_chunk() -> int:
         sums = list(
             taken.values_list("day", "client_id", "extractor_id", "model_id")
             .order_by()
-            .annotate(Sum("pages"), Count("pk"))
+            .annotate(
+                pages_sum=Sum("pages"), saved_sum=Sum("pages_saved"), attempts=Sum(BILLED_ATTEMPT)
+            )
         )
         taken.update(rolled_up=True)
-        by_month: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0])
-        for day, client, extractor, model, pages, attempts in sums:
+        by_month: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for day, client, extractor, model, *counts in sums:
             month = by_month[day.replace(day=1), client, extractor, model]
-            month[0] += pages
-            month[1] += attempts
-        months = [(*key, pages, attempts) for key, (pages, attempts) in by_month.items()]
+            for index, count in enumerate(counts):
+                month[index] += count
+        months = [(*key, *counts) for key, counts in by_month.items()]
         for model, rows in ((UsageDaily, sums), (UsageMonthly, months)):
             for start in range(0, len(rows), UPSERT_ROWS):
                 _add_to(model, rows[start : start + UPSERT_ROWS])
@@ -117,22 +134,21 @@ def _roll_up_chunk() -> int:
 
 
 def _add_to(model: type[UsageSums], sums: list[tuple]) -> None:
-    """Add (day, client, extractor, model, pages, attempts) sums to the rows of `model`,
-    creating the missing ones: one upsert (PostgreSQL and SQLite both speak `ON CONFLICT … DO
-    UPDATE`)."""
+    """Add (day, client, extractor, model, pages, pages saved, attempts) sums to the rows of
+    `model`, creating the missing ones: one upsert (PostgreSQL and SQLite both speak `ON
+    CONFLICT … DO UPDATE`)."""
     table = connection.ops.quote_name(model._meta.db_table)
-    row = "(%s, %s, %s, %s, %s, %s)"
+    row = "(" + ", ".join(["%s"] * (len(KEY_COLUMNS) + len(SUM_COLUMNS))) + ")"
     params = [
         value
-        for day, client, extractor, model, pages, attempts in sums
-        for value in (day, client or 0, extractor, model, pages, attempts)
+        for day, client, extractor, model, *counts in sums
+        for value in (day, client or 0, extractor, model, *counts)
     ]
+    additions = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in SUM_COLUMNS)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (day, client_key, extractor_id, model_id, pages, attempts) "
+            f"INSERT INTO {table} ({', '.join(KEY_COLUMNS + SUM_COLUMNS)}) "
             f"VALUES {', '.join([row] * len(sums))} "
-            "ON CONFLICT (day, client_key, extractor_id, model_id) DO UPDATE SET "
-            f"pages = {table}.pages + excluded.pages, "
-            f"attempts = {table}.attempts + excluded.attempts",
+            f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {additions}",
             params,
         )

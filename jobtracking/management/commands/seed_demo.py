@@ -1,5 +1,6 @@
 import mimetypes
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -14,6 +15,7 @@ from jobtracking.services import Actor, NewJob, job_create
 from jobtracking.webhooks.sending import subscription_secret
 
 DEMO_ADMIN = "admin"
+DEMO_REUSE_WINDOW = timedelta(days=1)
 
 
 def demo_login() -> tuple[str, str]:
@@ -56,6 +58,9 @@ class Command(BaseCommand):
                 "base_url": options["sandbox_url"],
                 "api_key_env": "",  # the bundled sandbox takes no key
                 "enabled": True,
+                # A sample uploaded again is served its first result (docs/architecture.md,
+                # Usage): the demo shows reuse on, which a real extractor's row starts without.
+                "reuse_window": DEMO_REUSE_WINDOW,
             },
         )
         self.stdout.write(

@@ -56,4 +56,7 @@ class Command(BaseCommand):
                 ).rstrip()
             )
         total = sum(line.pages for line in lines)
-        self.stdout.write(f"{len(lines)} line(s), {total} page(s), {start} to {end}.")
+        saved = sum(line.pages_saved for line in lines)
+        self.stdout.write(
+            f"{len(lines)} line(s), {total} page(s), {saved} saved, {start} to {end}."
+        )

@@ -59,10 +59,10 @@ def test_usage_csv_has_a_row_per_client_extractor_model_and_day(root_client, nov
     rows = list(csv.reader(io.StringIO(b"".join(answer.streaming_content).decode())))
     assert answer["Content-Disposition"] == 'attachment; filename="usage-2026-11.csv"'
     assert rows == [
-        ["client", "extractor", "model", "day", "pages", "jobs", "cost", "currency"],
-        ["'=globex", "layout", "prebuilt-layout", "2026-11-03", "50", "1", "0.5000", "USD"],
-        ["acme", "layout", "prebuilt-layout", "2026-11-02", "300", "1", "3.0000", "USD"],
-        ["acme", "layout", "prebuilt-layout", "2026-11-03", "200", "1", "2.0000", "USD"],
+        ["client", "extractor", "model", "day", "pages", "jobs", "pages_saved", "cost", "currency"],
+        ["'=globex", "layout", "prebuilt-layout", "2026-11-03", "50", "1", "0", "0.5000", "USD"],
+        ["acme", "layout", "prebuilt-layout", "2026-11-02", "300", "1", "0", "3.0000", "USD"],
+        ["acme", "layout", "prebuilt-layout", "2026-11-03", "200", "1", "0", "2.0000", "USD"],
     ]
 
 
@@ -122,15 +122,15 @@ def test_usage_report_prints_a_month_as_csv_and_as_a_table(november):
     out = io.StringIO()
     call_command("usage_report", "--month", "2026-11", "--format", "csv", stdout=out)
     assert out.getvalue().splitlines() == [
-        "client,extractor,model,pages,jobs,cost,currency",
-        "'=globex,layout,prebuilt-layout,50,1,0.5000,USD",
-        "acme,layout,prebuilt-layout,500,2,5.0000,USD",
+        "client,extractor,model,pages,jobs,pages_saved,cost,currency",
+        "'=globex,layout,prebuilt-layout,50,1,0,0.5000,USD",
+        "acme,layout,prebuilt-layout,500,2,0,5.0000,USD",
     ]
 
     out = io.StringIO()
     call_command("usage_report", "--month", "2026-11", "--group-by", "extractor", stdout=out)
-    assert out.getvalue().splitlines()[1].split() == ["layout", "550", "3", "5.5000", "USD"]
-    assert "550 page(s), 2026-11-01 to 2026-11-30" in out.getvalue()
+    assert out.getvalue().splitlines()[1].split() == ["layout", "550", "3", "0", "5.5000", "USD"]
+    assert "550 page(s), 0 saved, 2026-11-01 to 2026-11-30" in out.getvalue()
 
 
 def test_usage_report_refuses_a_bad_month():

@@ -451,3 +451,28 @@ def test_single_and_bulk_creates_measure_metadata_alike_in_utf8_bytes(
     assert bulk.json()["created"] == (1 if accepted else 0)
     if not accepted:
         assert "metadata" in single.json()["errors"]
+
+
+def test_create_reuses_results_unless_the_client_opts_out(api, extractor):
+    default = api.post(URL, body(file_id="a"), format="json")
+    opted_out = api.post(URL, body(file_id="b", reuse_result=False), format="json")
+
+    assert default.status_code == opted_out.status_code == 201, opted_out.content
+    assert (default.json()["reuse_result"], default.json()["reused_from"]) == (True, None)
+    assert opted_out.json()["reuse_result"] is False
+    assert not ExtractionJob.objects.get(pk=opted_out.json()["id"]).reuse_result
+
+
+def test_create_multipart_without_the_opt_out_keeps_reuse_on(api, extractor, settings, tmp_path):
+    """A form leaves a false checkbox out, and DRF reads a missing boolean there as false: an
+    upload that does not name it must keep the default."""
+    settings.MEDIA_ROOT = tmp_path
+    upload = SimpleUploadedFile("report.txt", b"Total: 5\n", content_type="text/plain")
+    kept = api.post(URL, {"extractor": "sandbox", "file_id": "f", "file": upload})
+    upload = SimpleUploadedFile("report.txt", b"Total: 5\n", content_type="text/plain")
+    out = api.post(
+        URL, {"extractor": "sandbox", "file_id": "g", "file": upload, "reuse_result": "false"}
+    )
+
+    assert kept.status_code == out.status_code == 201, out.content
+    assert (kept.json()["reuse_result"], out.json()["reuse_result"]) == (True, False)

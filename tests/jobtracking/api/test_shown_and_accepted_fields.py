@@ -37,6 +37,7 @@ JOB = {
         "external_job_id": "the extractor's id for it",
         "external_status": "the extractor's word for its state",
         "error": "the outcome of a failed job",
+        "reused_from": "the job whose result it took, with no extractor call (`reuse_result`)",
         "created_at": "a moment of its lifecycle",
         "submitted_at": "a moment of its lifecycle",
         "started_at": "a moment of its lifecycle",

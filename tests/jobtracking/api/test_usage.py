@@ -47,6 +47,7 @@ def test_usage_shows_a_client_its_own_pages_only(api, usage):
                 "group": {"client": "owner", "extractor": "layout", "model": "prebuilt-layout"},
                 "pages": 12,
                 "jobs": 3,
+                "pages_saved": 0,
                 "cost": None,
                 "currency": None,
             }

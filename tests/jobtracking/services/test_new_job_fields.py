@@ -35,6 +35,8 @@ SHOWN_AS = {
     "error_code": "error",
     "error_message": "error",
     "file_facts_origin": "file_facts",
+    "reused_from_job": "reused_from",
+    "reused_from_attempt": "reused_from",
 }
 # Fields of `NewJob` that come from the request's headers, not its body.
 FROM_HEADERS = {"idempotency_key", "request_fingerprint"}

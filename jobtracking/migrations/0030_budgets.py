@@ -35,8 +35,8 @@ def remove_held(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('extraction', '0003_key_env_allowlist'),
-        ('jobtracking', '0028_audit_hash_chain'),
+        ('extraction', '0004_reuse_window'),
+        ('jobtracking', '0029_result_reuse'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
