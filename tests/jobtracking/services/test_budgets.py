@@ -183,7 +183,7 @@ def test_the_months_usage_counts_rolled_up_and_fresh_rows_and_not_last_months(ex
 
 @pytest.mark.django_db(transaction=True)
 def test_two_lease_steps_of_one_client_take_turns_and_never_spend_the_budget_twice(
-    extractor, client_a
+    seeded_statuses, extractor, client_a
 ):
     """Two workers (each its own connection) start batches of the same client at once: the
     advisory lock makes the second count what the first put in flight."""
