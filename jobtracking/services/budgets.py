@@ -150,19 +150,20 @@ def _oldest_held(clients: Iterable[int]) -> dict[tuple[int, int], datetime]:
 # The gate
 
 
-def budget_gate(
-    to_lease: dict[Extractor, list[ExtractionJob]], now: datetime, batch_ids: Iterable
-) -> list[Move]:
+def budget_gate(to_lease: dict[Extractor, list[ExtractionJob]], now: datetime) -> list[Move]:
     """Hold the jobs of `to_lease` that their clients' budgets have no room for (removing them
     from it), inside the lease step's transaction: the hold moves. Counts each job it lets
     through, so a batch never spends a budget twice."""
-    clients = {job.requested_by_id for jobs in to_lease.values() for job in jobs}
-    budgets = _budgets_of(clients - {None})
+    candidates = [job for jobs in to_lease.values() for job in jobs]
+    budgets = _budgets_of({job.requested_by_id for job in candidates} - {None})
     if not budgets:
         return []
     _lock_clients(budgets)
+    # The candidates are not in flight (a handed-back one is still `submitting` in the table);
+    # the batch's jobs being polled are, and count.
+    deciding = [job.pk for job in candidates]
     rooms = {
-        client: [budget_room(budget, now, besides=batch_ids) for budget in owned]
+        client: [budget_room(budget, now, besides=deciding) for budget in owned]
         for client, owned in budgets.items()
     }
     oldest_held = _oldest_held(budgets)

@@ -122,7 +122,7 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
             to_lease = _without(to_lease, reuse.rows.keys())
         started = StartedBatch()
         moves += _hold_behind_circuits(to_lease, to_poll, now, started)
-        moves += budget_gate(to_lease, now, batch_ids=[job.pk for job in jobs])
+        moves += budget_gate(to_lease, now)
         for extractor, candidates in to_lease.items():
             moves += _lease_moves(extractor, candidates, handed_back[extractor.pk], now, started)
         for extractor, candidates in to_poll.items():

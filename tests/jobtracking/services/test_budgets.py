@@ -121,14 +121,13 @@ def test_jobs_are_submitted_while_they_fit_and_held_past_the_limit(extractor, cl
 
 def test_jobs_in_flight_count_against_the_budget_and_unknown_pages_count_one(extractor, client_a):
     UsageBudget.objects.create(client=client_a, pages=5)
-    ExtractionJobFactory(
-        extractor=extractor, requested_by=client_a, submitted=True, expected_pages=3
-    )
+    # Polled in the same batch: still in flight, still counted.
+    polled = claimed(client_a, extractor, 3, submitted=True)
     ExtractionJobFactory(extractor=extractor, requested_by=client_a, processing=True)  # one
     url_job = claimed(client_a, extractor, None, minutes_ago=2)  # one: fits (3 + 1 + 1)
     pdf = claimed(client_a, extractor, 1, minutes_ago=1)  # past it
 
-    assert start(url_job, pdf) == [url_job.pk]
+    assert start(polled, url_job, pdf) == [url_job.pk]
     assert statuses(pdf) == ["held"]
 
 
