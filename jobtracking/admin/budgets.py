@@ -3,16 +3,26 @@ with the month's usage and held jobs beside each. Every change is logged with wh
 saving one releases at once the held jobs it now has room for (`services.budgets`)."""
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.models import DELETION
 from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from jobtracking import states
-from jobtracking.admin.common import LoggedWithReason, reason_field
+from jobtracking.admin.common import LoggedWithReason, reason_field, record
 from jobtracking.models import UsageBudget
 from jobtracking.services.budgets import budget_changed, budget_room
+
+
+class BudgetActionForm(ActionForm):
+    reason = forms.CharField(
+        label="Reason (to remove):",
+        required=False,
+        widget=forms.TextInput(attrs={"size": 40, "placeholder": "e.g. contract ended"}),
+    )
 
 
 class UsageBudgetForm(forms.ModelForm):
@@ -39,6 +49,8 @@ class UsageBudgetAdmin(LoggedWithReason, admin.ModelAdmin):
     list_select_related = ["client", "extractor"]
     search_fields = ["client__username"]
     autocomplete_fields = ["client"]
+    actions = ["remove_budgets"]
+    action_form = BudgetActionForm
 
     def get_queryset(self, request):
         held = Count("client__extraction_jobs", Q(client__extraction_jobs__status=states.HELD))
@@ -64,12 +76,25 @@ class UsageBudgetAdmin(LoggedWithReason, admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         budget_changed(obj)
 
-    def delete_model(self, request, obj) -> None:
-        super().delete_model(request, obj)
-        budget_changed(obj)
+    # Removed only by the action below, which asks why (Django's delete page does not).
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
-    def delete_queryset(self, request, queryset) -> None:
-        budgets = list(queryset)
-        super().delete_queryset(request, queryset)
-        for budget in budgets:
+    def has_remove_permission(self, request) -> bool:
+        return request.user.has_perm("jobtracking.delete_usagebudget")
+
+    @admin.action(description="Remove budgets (with a reason)", permissions=["remove"])
+    def remove_budgets(self, request, queryset):
+        reason = request.POST.get("reason", "").strip()
+        if not reason:
+            self.message_user(
+                request,
+                "Nothing removed: write why in the reason box (it goes in the admin log).",
+                messages.ERROR,
+            )
+            return
+        for budget in queryset.select_related("client", "extractor"):
+            record(request, [budget], f"Removed: {budget}. Reason: {reason}", flag=DELETION)
+            budget.delete()
             budget_changed(budget)
+            self.message_user(request, f"Removed: {budget}. Its client's held jobs are released.")

@@ -119,13 +119,13 @@ def uuid_search(queryset: models.QuerySet, term: str, *fields: str) -> models.Qu
     return queryset.filter(query)
 
 
-def record(request, objects: Iterable[models.Model], message: str) -> None:
+def record(request, objects: Iterable[models.Model], message: str, *, flag: int = CHANGE) -> None:
     """One LogEntry per object, so the object's History and the index's Recent actions show
     what staff did through actions and buttons (the services keep their own audit rows)."""
     objects = list(objects)
     if objects:
         LogEntry.objects.log_actions(
-            user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
+            user_id=request.user.pk, queryset=objects, action_flag=flag, change_message=message
         )
 
 

@@ -66,3 +66,23 @@ def test_the_budget_list_shows_the_months_usage_and_held_jobs(root_client):
     page = root_client.get(BUDGETS).content.decode()
     assert "acme" in page and "(every extractor)" in page
     assert f"?status={states.HELD}" in page
+
+
+def test_a_budget_is_removed_only_with_a_reason_and_its_held_jobs_go_on(
+    root_client, django_capture_on_commit_callbacks
+):
+    client_user = UserFactory(username="acme")
+    budget = UsageBudget.objects.create(client=client_user, pages=0)
+    held = ExtractionJobFactory(requested_by=client_user, held=True)
+    assert root_client.get(f"{BUDGETS}{budget.pk}/delete/").status_code == 403
+    action = {"action": "remove_budgets", "_selected_action": [budget.pk]}
+
+    root_client.post(BUDGETS, {**action, "reason": ""})
+    assert UsageBudget.objects.filter(pk=budget.pk).exists()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        root_client.post(BUDGETS, {**action, "reason": "Contract ended"})
+    assert not UsageBudget.objects.exists()
+    entry = LogEntry.objects.get(object_id=str(budget.pk))
+    assert entry.is_deletion() and "Reason: Contract ended" in entry.change_message
+    assert ExtractionJob.objects.get(pk=held.pk).status_id == states.PENDING
