@@ -8,8 +8,10 @@ recording against without, in one sitting (run under `PG_DURABLE=1 .ci/with_post
    leaves between two rollups), with a price per extractor and a model's own price from the
    first of the month before last. It prints the p50 and p95 of `usage_summary` for every
    client (target p95 <= 100 ms): last month by client and by client, extractor and model
-   (month sums), this month so far and the last 30 days by client (day sums); then how fast
-   the rollup folds the tail.
+   (month sums), this month so far and the last 30 days by client (day sums), all taken in
+   turn, round after round, in several sittings (p95: the median of the sittings', with the
+   worst and the pooled one beside it), with the load average; then how fast the rollup
+   folds the tail.
 2. Engine. `BENCH_USAGE_JOBS` jobs through the sandbox on a fresh two-worker stack, without usage
    recording (processes on `bench.usage_off_settings`) and with it, alternating for
    `BENCH_USAGE_ROUNDS` rounds; it prints every run's jobs/s, the median of the rounds' ratios
@@ -17,7 +19,10 @@ recording against without, in one sitting (run under `PG_DURABLE=1 .ci/with_post
    job with recording, none without).
 
     BENCH_USAGE_ROWS (10,000,000)  usage rows generated; BENCH_USAGE_TAIL (6,000) unrolled
-    BENCH_USAGE_QUERIES (50)       summaries timed per grouping
+    BENCH_USAGE_QUERIES (50)       summaries timed per grouping and sitting
+    BENCH_USAGE_SITTINGS (5)       sittings: p95 is the median of theirs (the worst printed too)
+    BENCH_USAGE_PORTABLE (1)       also time the portable summary (SQLite's; PostgreSQL's before
+                                   its one statement), interleaved: before and after in one run
     BENCH_USAGE_JOBS (3,000)       jobs a run; BENCH_USAGE_ROUNDS (3) rounds; 0 jobs: no runs
 """
 
@@ -33,6 +38,8 @@ from bench.engine import Monitor, run_jobs, serve_samples
 ROWS = int(os.environ.get("BENCH_USAGE_ROWS", 10_000_000))
 TAIL = int(os.environ.get("BENCH_USAGE_TAIL", 6_000))
 QUERIES = int(os.environ.get("BENCH_USAGE_QUERIES", 50))
+SITTINGS = int(os.environ.get("BENCH_USAGE_SITTINGS", 5))
+PORTABLE = os.environ.get("BENCH_USAGE_PORTABLE", "1") == "1"
 JOBS = int(os.environ.get("BENCH_USAGE_JOBS", 3_000))
 ROUNDS = int(os.environ.get("BENCH_USAGE_ROUNDS", 3))
 CLIENTS, DAYS = 500, 365
@@ -119,6 +126,22 @@ def prepare() -> None:
     generate(TAIL, rolled_up=False, days=1, first=ROWS + 1)
 
 
+def portable_summary(*, client, start, end, group_by):
+    """`usage_summary` as SQLite answers it (and as PostgreSQL did before its statement):
+    grouped by price in the database, priced, added up and named in Python."""
+    from jobtracking import usage_selectors as selectors
+
+    keys = list(dict.fromkeys(group_by))
+    prices = selectors._price_table()
+    sources = selectors._sources(client, start, end, prices, by_day="day" in keys)
+    return selectors._summed_in_python(sources, keys, prices)
+
+
+def load() -> str:
+    with open("/proc/loadavg") as averages:
+        return " ".join(averages.read().split()[:3])
+
+
 def summary_timings() -> None:
     from jobtracking.models import UsageDaily
     from jobtracking.services.usage import usage_roll_up
@@ -134,17 +157,44 @@ def summary_timings() -> None:
         (this_month, today, ["client"]),
         (today - timedelta(days=29), today, ["client"]),
     )
-    for start, end, group_by in asked:
-        times = []
-        for _ in range(QUERIES):
-            began = time.perf_counter()
-            lines = usage_summary(client=None, start=start, end=end, group_by=group_by)
-            times.append(1000 * (time.perf_counter() - began))
-        p95 = statistics.quantiles(times, n=20)[-1]
+    paths = {"statement": usage_summary}
+    if PORTABLE:
+        paths["portable"] = portable_summary
+    runs = [(path, ask) for path in paths for ask in asked]
+    lines = {}
+    for path, (start, end, group_by) in runs:  # warm up; the same lines either way
+        found = paths[path](client=None, start=start, end=end, group_by=group_by)
+        lines.setdefault((start, end, *group_by), sorted(map(repr, found)))
+        assert lines[start, end, *group_by] == sorted(map(repr, found)), "the paths disagree"
+    # Every sitting runs the summaries in turn, a different one first each round, so that a
+    # burst of load on the shared machine touches them all alike; a p95 is taken per sitting
+    # and per summary, and the median of the sittings' p95s is the figure, beside the worst.
+    times: dict[tuple, list[list[float]]] = {run: [] for run in range(len(runs))}
+    print(f"load average before: {load()}")
+    for sitting in range(SITTINGS):
+        for run in times:
+            times[run].append([])
+        for round_ in range(QUERIES):
+            for offset in range(len(runs)):
+                run = (round_ + offset) % len(runs)
+                path, (start, end, group_by) = runs[run]
+                began = time.perf_counter()
+                paths[path](client=None, start=start, end=end, group_by=group_by)
+                times[run][sitting].append(1000 * (time.perf_counter() - began))
+        print(f"sitting {sitting + 1} of {SITTINGS} done, load average {load()}")
+    print(f"load average after: {load()}")
+    for run, sittings in times.items():
+        path, (start, end, group_by) = runs[run]
+        p95s = [statistics.quantiles(samples, n=20)[-1] for samples in sittings]
+        every = [sample for samples in sittings for sample in samples]
+        p95 = statistics.median(p95s)
         print(
-            f"summary {start} to {end} by {','.join(group_by)}: {len(lines)} lines, "
-            f"p50 {statistics.median(times):.1f} ms, p95 {p95:.1f} ms "
-            f"({p95 / 100:.2f}x the 100 ms target)"
+            f"summary {start} to {end} by {','.join(group_by)} ({path}): "
+            f"{len(lines[start, end, *group_by])} lines, p50 {statistics.median(every):.1f} ms, "
+            f"p95 {p95:.1f} ms ({p95 / 100:.2f}x the 100 ms target; median of {SITTINGS} "
+            f"sittings' p95s: {', '.join(f'{v:.1f}' for v in p95s)}; "
+            f"worst {max(p95s):.1f}, all {len(every)} samples' p95 "
+            f"{statistics.quantiles(every, n=20)[-1]:.1f})"
         )
     began = time.perf_counter()
     folded = usage_roll_up()

@@ -7,7 +7,13 @@ each grouped in the database, so its cost follows the number of months or days, 
 extractors, not of jobs. Each day's pages are priced at the price in
 force that day (`UsagePrice`: a model's own price before its extractor's price for every model,
 the latest `effective_from` on or before the day), written into the query as one CASE from the
-(short) price table; pages without a price have no cost and no currency."""
+(short) price table; pages without a price have no cost and no currency.
+
+On PostgreSQL (`_summed_in_sql`) the same statement also prices the groups in exact numeric,
+adds them up per currency and names clients and extractors by joins: Python receives a row per
+line. Elsewhere (SQLite, `_summed_in_python`) the database groups and Python prices, adds up
+and names. Both read the same sources (`_sources`) and sums (`SUMS`); a test holds them to the
+same lines."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +23,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.db.models import (
     Case,
     F,
@@ -34,6 +41,18 @@ from jobtracking.models import BILLED_ATTEMPT, UsageDaily, UsageMonthly, UsagePr
 from jobtracking.selectors import sees_every_client
 
 GROUPS = ("client", "extractor", "model", "day", "month")
+# A line's sums (`UsageLine` fields) and the column each adds up, in the sources and the sums.
+SUMS = {"pages": "pages", "jobs": "attempts", "pages_saved": "pages_saved"}
+# A source row, as `_summed_in_sql` reads it.
+ROW_COLUMNS = ("client_key", "extractor_id", "model_id", "day", *SUMS.values())
+# Each group over a source row `r` in SQL (`_grouped`'s expressions, in PostgreSQL).
+_GROUP_SQL = {
+    "client": "r.client_key",
+    "extractor": "r.extractor_id",
+    "model": "r.model_id",
+    "day": "r.day",
+    "month": "date_trunc('month', r.day)::date",
+}
 
 
 @dataclass(frozen=True)
@@ -58,41 +77,156 @@ def usage_summary(
     """Usage from `start` to `end` (UTC days, both included) of `client` (None: every client),
     one line per group of `group_by` (names from `GROUPS`) and currency, in group order."""
     keys = list(dict.fromkeys(group_by))
-    prices, in_force = _prices()
+    prices = _price_table()
+    sources = _sources(client, start, end, prices, by_day="day" in keys)
+    if connection.vendor == "postgresql":
+        lines = _summed_in_sql(sources, keys, prices, start, end)
+    else:
+        lines = _summed_in_python(sources, keys, prices)
+    return sorted(lines, key=lambda line: [str(v) for v in (*line.group.values(), line.currency)])
+
+
+def _sources(
+    client: int | None, start: date, end: date, prices: list[UsagePrice], *, by_day: bool
+) -> list[QuerySet]:
+    """The rows the summary adds up, each with `client_key`, `extractor_id`, `model_id`, `day`
+    and the sums (`SUMS`): the rows the rollup has not folded yet, and the rolled-up sums."""
     fresh = UsageRecord.objects.filter(rolled_up=False, day__range=(start, end)).annotate(
         client_key=Coalesce("client", 0), attempts=BILLED_ATTEMPT
     )
-    sources = [fresh, *_sums(start, end, prices, by_day="day" in keys)]
+    sources = [fresh, *_sums(start, end, prices, by_day=by_day)]
     if client is not None:
         sources = [rows.filter(client_key=client) for rows in sources]
+    return sources
+
+
+def _line(group: dict[str, Any], sums: Sequence[int], cost: Decimal | None, currency: str | None):
+    return UsageLine(
+        group=group,
+        **dict(zip(SUMS, map(int, sums), strict=True)),
+        cost=None if cost is None else (cost / 1000).quantize(Decimal("0.0001")),
+        currency=currency,
+    )
+
+
+def _summed_in_python(
+    sources: list[QuerySet], keys: list[str], prices: list[UsagePrice]
+) -> list[UsageLine]:
+    """The portable summary (SQLite's, and the reference `_summed_in_sql` is tested against):
+    each source grouped by the groups and the price in force in the database, then priced,
+    added up and named in Python."""
+    in_force = _in_force(prices)
     parts = [_grouped(rows, keys, in_force) for rows in sources]
     lines: dict[tuple, list] = {}
     for row in parts[0].union(*parts[1:], all=True):
-        *group, price_index, pages, jobs, saved = row
-        if pages is None:
+        group, (price_index, *sums) = row[: len(keys)], row[len(keys) :]
+        if sums[0] is None:
             continue  # grouped by constants only (no group, no price): a sum over no rows
         price = prices[price_index] if price_index is not None else None
-        line = lines.setdefault((*group, price and price.currency), [0, 0, 0, None])
-        line[0] += pages
-        line[1] += jobs
-        line[2] += saved
+        line = lines.setdefault((*group, price and price.currency), [0] * len(SUMS) + [None])
+        for index, value in enumerate(sums):
+            line[index] += value
         if price is not None:
-            line[3] = (line[3] or 0) + pages * price.price_per_1000_pages
+            line[-1] = (line[-1] or 0) + sums[0] * price.price_per_1000_pages
     names = _names(keys, lines)
-    found = [
-        UsageLine(
-            group={
-                key: names.get((key, value), value) for key, value in zip(keys, group, strict=True)
-            },
-            pages=pages,
-            jobs=jobs,
-            pages_saved=saved,
-            cost=None if cost is None else (cost / 1000).quantize(Decimal("0.0001")),
-            currency=currency_code,
+    return [
+        _line(
+            {key: names.get((key, value), value) for key, value in zip(keys, group, strict=True)},
+            sums,
+            cost,
+            currency_code,
         )
-        for (*group, currency_code), (pages, jobs, saved, cost) in lines.items()
+        for (*group, currency_code), (*sums, cost) in lines.items()
     ]
-    return sorted(found, key=lambda line: [str(v) for v in (*line.group.values(), line.currency)])
+
+
+def _summed_in_sql(
+    sources: list[QuerySet], keys: list[str], prices: list[UsagePrice], start: date, end: date
+) -> list[UsageLine]:
+    """The summary in one PostgreSQL statement: each source's rows (the ORM's SQL) grouped by
+    the groups, extractor, model and price period (the days from one price change to the
+    next: within one, every extractor's and model's price is the same), then priced by the
+    period's first day (a CASE in the order of `_price_table`) in PostgreSQL's exact numeric,
+    grouped again by currency and named by joins. Python gets a row per line and does no
+    arithmetic but the division by 1,000 and its rounding."""
+    changes = sorted({p.effective_from for p in prices if start < p.effective_from <= end})
+    period = "%s::date"
+    period_params: list[Any] = [start]
+    for change in changes:
+        period = f"CASE WHEN r.day >= %s THEN %s::date ELSE {period} END"
+        period_params = [change, change, *period_params]
+    groups = [f"{_GROUP_SQL[key]} AS g_{key}" for key in keys]
+    group_columns = [f"g_{key}" for key in keys]
+    sums = ", ".join(f"SUM(r.{column}) AS {column}" for column in SUMS.values())
+    parts, params = [], []
+    for rows in sources:
+        part, part_params = rows.values_list(*ROW_COLUMNS).query.sql_with_params()
+        parts.append(
+            f"SELECT {', '.join([*groups, ''])}r.extractor_id, r.model_id, {period} AS period, "
+            f"{sums} FROM ({part}) AS r ({', '.join(ROW_COLUMNS)}) "
+            f"GROUP BY {', '.join([*group_columns, 'r.extractor_id', 'r.model_id', 'period'])}"
+        )
+        params += [*period_params, *part_params]
+    outer_sums = ", ".join(f"SUM(s.{column})" for column in SUMS.values())
+    if prices:
+        rows = ", ".join("(%s, %s::numeric, %s::text)" for _ in prices)
+        params += [v for i, p in enumerate(prices) for v in (i, p.price_per_1000_pages, p.currency)]
+        whens = []
+        for index, price in enumerate(prices):
+            model = " AND s.model_id = %s" if price.model_id else ""
+            whens.append(f"WHEN s.extractor_id = %s AND s.period >= %s{model} THEN {index}")
+            params += [price.extractor_id, price.effective_from]
+            params += [price.model_id] if model else []
+        in_force = f"CASE {' '.join(whens)} END"
+        priced = f"LEFT JOIN (VALUES {rows}) AS p (idx, price, currency) ON p.idx = {in_force}"
+        price, currency = "p.price", "p.currency"
+    else:
+        priced, price, currency = "", "NULL::numeric", "NULL::text"
+    quote = connection.ops.quote_name
+    names, named = [], []
+    if "client" in keys:
+        users = get_user_model()._meta
+        username = users.get_field(get_user_model().USERNAME_FIELD).column
+        names.append(f"u.{quote(username)}")
+        named.append(
+            f"LEFT JOIN {quote(users.db_table)} AS u ON u.{quote(users.pk.column)} = t.g_client"
+        )
+    if "extractor" in keys:
+        extractors = Extractor._meta
+        names.append(f"e.{quote(extractors.get_field('slug').column)}")
+        named.append(
+            f"LEFT JOIN {quote(extractors.db_table)} AS e "
+            f"ON e.{quote(extractors.pk.column)} = t.g_extractor"
+        )
+    sql = f"""
+        SELECT t.*{"".join(f", {name}" for name in names)} FROM (
+            SELECT {", ".join([*group_columns, ""])}{currency} AS currency, {outer_sums},
+                   SUM(s.{SUMS["pages"]} * {price}) AS cost
+            FROM ({" UNION ALL ".join(parts)}) AS s {priced}
+            GROUP BY {", ".join([*group_columns, currency])}
+        ) AS t {" ".join(named)}
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    lines = []
+    width = len(keys)
+    for row in rows:
+        group = dict(zip(keys, row[:width], strict=True))
+        currency_code, *sums, cost = row[width : width + len(SUMS) + 2]
+        found = iter(row[width + len(SUMS) + 2 :])
+        if "client" in group:
+            name = next(found)
+            group["client"] = (
+                None if group["client"] == 0 else group["client"] if name is None else name
+            )
+        if "extractor" in group:
+            name = next(found)
+            group["extractor"] = group["extractor"] if name is None else name
+        if "month" in group:
+            group["month"] = f"{group['month']:%Y-%m}"
+        lines.append(_line(group, sums, cost, currency_code))
+    return lines
 
 
 def _sums(start: date, end: date, prices: list[UsagePrice], *, by_day: bool) -> list[QuerySet]:
@@ -131,25 +265,31 @@ def _grouped(rows: QuerySet, keys: list[str], in_force: Case) -> QuerySet:
         "month": TruncMonth("day"),
     }
     group = {f"g_{key}": expressions[key] for key in keys}
+    sums = {f"g_{line_field}": Sum(column) for line_field, column in SUMS.items()}
     return (
         rows.annotate(**group, g_price=in_force)
         .values(*group, "g_price")
         .order_by()
-        .annotate(g_pages=Sum("pages"), g_jobs=Sum("attempts"), g_saved=Sum("pages_saved"))
-        .values_list(*group, "g_price", "g_pages", "g_jobs", "g_saved")
+        .annotate(**sums)
+        .values_list(*group, "g_price", *sums)
     )
 
 
-def _prices() -> tuple[list[UsagePrice], Case]:
-    """The price table, and a CASE giving a row the index in it of the price in force for the
-    row's extractor, model and day (its first matching WHEN; see the module docstring). Rows
-    are grouped by that index and priced in Python: the database sums pages, never money."""
-    # Per extractor, a model's own prices before its catch-all ones, each latest first.
-    prices = sorted(
+def _price_table() -> list[UsagePrice]:
+    """The price table in the order a row's price in force is looked for (see the module
+    docstring): per extractor, a model's own prices before its catch-all ones, each latest
+    first; the first that matches a row's extractor, model and day is its price."""
+    return sorted(
         UsagePrice.objects.order_by(),
         key=lambda p: (p.extractor_id, p.model_id == "", p.model_id, -p.effective_from.toordinal()),
     )
-    in_force = Case(
+
+
+def _in_force(prices: list[UsagePrice]) -> Case:
+    """A CASE giving a row the index in `prices` of its price in force (its first matching
+    WHEN), for the portable summary: rows are grouped by that index and priced in Python, the
+    database sums pages, never money (SQLite has no exact decimal)."""
+    return Case(
         *[
             When(
                 Q(extractor_id=p.extractor_id, day__gte=p.effective_from)
@@ -161,7 +301,6 @@ def _prices() -> tuple[list[UsagePrice], Case]:
         default=None,
         output_field=IntegerField(),
     )
-    return prices, in_force
 
 
 def _names(keys: list[str], lines: dict) -> dict[tuple[str, Any], Any]:
