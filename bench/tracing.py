@@ -77,22 +77,25 @@ def traced(endpoint: str, ratio: float | None):
 
 def off_helpers_seconds(calls: float) -> float:
     """CPU seconds of what the engine calls per job with tracing off, for a job of `calls`
-    extractor calls: each call's span and outcome, the batch's links (one batch of 25 jobs),
-    the job's log context's trace ids."""
+    extractor calls: each call's span, outcome and trace headers, the batch's links and untraced
+    block (one batch of 25 jobs), the job's log context's trace ids."""
     from types import SimpleNamespace
 
+    from extraction.clients.base import with_trace_context
     from jobtracking.infra import tracing
 
     assert not tracing.enabled()
     job = SimpleNamespace(pk="j", attempt=1, traceparent="", extractor=SimpleNamespace(slug="s"))
+    headers = {"Accept": "application/json"}
 
     def step() -> None:
         with tracing.job_span(job, "poll") as span:
+            with_trace_context(headers)
             tracing.record_outcome(span, "running")
         tracing.trace_ids(job.traceparent)
 
     def batch() -> None:
-        with tracing.span("jobs.process"):
+        with tracing.span("jobs.process"), tracing.untraced():
             tracing.link_jobs([job] * 25)
 
     number = 100_000

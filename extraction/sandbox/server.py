@@ -3,11 +3,11 @@
 It really extracts (see `extract.py`) and injects faults on demand: latency, transient 5xx,
 429 with Retry-After (at random, or above a rate limit), permanent failures, lost jobs, slow
 responses. It honours Idempotency-Key and keeps counters (submissions per key, poll times, polls
-that came before the Retry-After it gave, pages analysed) at `GET /_sandbox/stats`, so tests can
-prove what a client did. For the demo it is also a webhook receiver (`POST`/`GET
-/_sandbox/webhooks`) and serves its sample documents (`GET /samples/<name>`) for jobs made from a
-URL. State lives in memory, bounded: finished jobs are forgotten after `job_retention` seconds and
-results kept up to `max_result_bytes`.
+that came before the Retry-After it gave, pages analysed, the `traceparent` of the last requests)
+at `GET /_sandbox/stats`, so tests can prove what a client did. For the demo it is also a webhook
+receiver (`POST`/`GET /_sandbox/webhooks`) and serves its sample documents (`GET
+/samples/<name>`) for jobs made from a URL. State lives in memory, bounded: finished jobs are
+forgotten after `job_retention` seconds and results kept up to `max_result_bytes`.
 
 Every `/_sandbox/...` route but the webhook receiver's POST needs the `X-Sandbox-Token` header
 (see `control_token`): a client of the service can make the sandbox fetch a URL, and the service
@@ -196,6 +196,9 @@ class SandboxState:
             self.not_before: dict[str, float] = {}
             self.early_polls: list[dict[str, float | str]] = []
             self.requests: Counter[str] = Counter()
+            # The W3C trace context of the last protocol requests that carried one ("POST
+            # /v1/extractions 00-…"): tests prove each call went out in its step's trace.
+            self.traceparents: deque[str] = deque(maxlen=200)
             self.faults: Counter[str] = Counter()
             self.webhooks: deque[dict[str, Any]] = deque(maxlen=200)
             self.buckets: dict[str, TokenBucket] = {}
@@ -308,6 +311,7 @@ class SandboxState:
                 "polls": {job_id: list(times) for job_id, times in self.polls.items()},
                 "early_polls": list(self.early_polls),
                 "requests": dict(self.requests),
+                "traceparents": list(self.traceparents),
                 "faults": dict(self.faults),
                 "down": self.down(),
                 "outage_calls": self.outage_calls.total(),
@@ -430,8 +434,11 @@ class SandboxHandler(BaseHTTPRequestHandler):
         body = self.read_body()
         if body is None:
             return
+        traceparent = self.headers.get("traceparent")
         with self.state.lock:
             self.state.requests[method] += 1
+            if traceparent:
+                self.state.traceparents.append(f"{method} {self.path} {traceparent}")
         match = JOB_PATH.match(self.path)
         kind = self.kind(method, match)
         if self.path.startswith("/v1/") and self.state.down():

@@ -173,12 +173,17 @@ def process_jobs(job_ids: list[str]) -> None:
     of the task wins.
 
     Traced as a span of its own trace, linked to each job's trace (jobs of many clients' requests
-    share a batch: no one of them is its parent); each job's steps are spans of the job's trace."""
-    with tracing.span("jobs.process", attributes={"jobs.count": len(job_ids)}):
-        _process_jobs(job_ids)
+    share a batch: no one of them is its parent); each job's steps are spans of the job's trace.
+    The batch's SQL statements make no span (they were most of a batch's spans): the task's span
+    says how long its transactions and its calls took."""
+    with (
+        tracing.span("jobs.process", attributes={"jobs.count": len(job_ids)}) as span,
+        tracing.untraced(),
+    ):
+        _process_jobs(job_ids, span)
 
 
-def _process_jobs(job_ids: list[str]) -> None:
+def _process_jobs(job_ids: list[str], span) -> None:
     clock = time.perf_counter()
     # The transactions hold the machine's compute slots; the extractor calls never do.
     with compute_slot():
@@ -228,17 +233,19 @@ def _process_jobs(job_ids: list[str]) -> None:
         _cancel_dropped_submissions(started.submits, outcome.refused, submits)
     except Exception:
         logger.exception("cancelling dropped submissions failed")
+    timings.append(time.perf_counter() - clock - sum(timings))
+    counts = (len(started.submits), len(started.polls), len(outcome.refused))
     logger.info(
         "batch of %d: %d submitted, %d polled, %d dropped; start %.0f ms, calls %.0f ms, "
         "record %.0f ms",
         len(job_ids),
-        len(started.submits),
-        len(started.polls),
-        len(outcome.refused),
-        1000 * timings[0],
-        1000 * timings[1],
-        1000 * (time.perf_counter() - clock - sum(timings)),
+        *counts,
+        *(1000 * seconds for seconds in timings),
     )
+    if span.is_recording():
+        names = ("submitted", "polled", "dropped", "start_ms", "calls_ms", "record_ms")
+        values = (*counts, *(round(1000 * seconds, 1) for seconds in timings))
+        span.set_attributes(dict(zip((f"jobs.{n}" for n in names), values, strict=True)))
 
 
 def _start(job_ids: list[str]) -> StartedBatch:

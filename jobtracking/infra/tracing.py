@@ -48,7 +48,7 @@ def wanted(environ: Mapping[str, str] = os.environ) -> bool:
 def configure_from_environment() -> bool:
     """Called once per process at start-up (`JobtrackingConfig.ready`): if the environment asks
     for traces, build the SDK's provider with the exporter, service name and sampler it names and
-    instrument Django, psycopg and requests. Returns whether tracing is on."""
+    instrument Django and psycopg. Returns whether tracing is on."""
     if enabled() or not wanted():
         return enabled()
     # Imported here: a process without tracing never loads the SDK.
@@ -124,14 +124,15 @@ class _NoOrphanClientSpans:
 
 def enable(provider) -> None:
     """Trace through `provider` from now on (tests pass one with an in-memory exporter), with
-    Django's, psycopg's and requests' own instrumentation."""
+    Django's and psycopg's own instrumentation. HTTP calls make no span of their own: an
+    extractor call is its step's span, which sends its traceparent along
+    (`extraction.clients.base.with_trace_context`)."""
     from opentelemetry.instrumentation.django import DjangoInstrumentor
     from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-    from opentelemetry.instrumentation.requests import RequestsInstrumentor
 
     global _tracer
     _tracer = provider.get_tracer(TRACER_NAME)
-    for instrumentor in (DjangoInstrumentor(), PsycopgInstrumentor(), RequestsInstrumentor()):
+    for instrumentor in (DjangoInstrumentor(), PsycopgInstrumentor()):
         instrumentor.instrument(tracer_provider=provider)
 
 
@@ -139,17 +140,16 @@ def disable() -> None:
     """Undo `enable` (tests)."""
     from opentelemetry.instrumentation.django import DjangoInstrumentor
     from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-    from opentelemetry.instrumentation.requests import RequestsInstrumentor
 
     global _tracer
     _tracer = None
-    for instrumentor in (DjangoInstrumentor(), PsycopgInstrumentor(), RequestsInstrumentor()):
+    for instrumentor in (DjangoInstrumentor(), PsycopgInstrumentor()):
         instrumentor.uninstrument()
 
 
 def untraced():
-    """A block whose SQL statements and HTTP calls make no span (the instrumentations' own
-    switch): for loops whose rounds follow no request and no job."""
+    """A block whose SQL statements make no span (the instrumentations' own switch): for loops
+    whose rounds follow no request and no job, and a batch task's transactions."""
     if _tracer is None:
         return contextlib.nullcontext()
     from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -215,10 +215,12 @@ def span(
 
 
 def link_jobs(jobs: Iterable) -> None:
-    """Link the current span (a batch task's) to each job's trace."""
+    """Link the current span (a batch task's) to each job's trace, if it records."""
     if _tracer is None:
         return
     current = trace.get_current_span()
+    if not current.is_recording():
+        return
     for job in jobs:
         if context := _context_of(job.traceparent):
             current.add_link(trace.get_current_span(context).get_span_context())

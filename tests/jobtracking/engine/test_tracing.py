@@ -1,7 +1,8 @@
 """A job's steps as spans of the job's own trace, against the real sandbox extractor: each
 extractor call (submit, polls, the result fetch, cancel) is a span with the job's attributes,
-its HTTP request carries the span's traceparent, the batch task's span links to every job's
-trace, and a webhook delivery's POST carries the job's trace to the receiver."""
+its HTTP request carries the span's traceparent (and makes no span of its own), the batch task's
+span links to every job's trace (its SQL statements make no spans), and a webhook delivery's POST
+carries the job's trace to the receiver."""
 
 from datetime import timedelta
 
@@ -51,12 +52,22 @@ def test_each_step_of_a_job_is_a_span_of_its_trace(spans, sandbox, sandbox_extra
         assert span.attributes["job.extractor"] == "sandbox"
     assert steps[0].attributes["job.outcome"] == "accepted"
     assert steps[-2].attributes["job.outcome"] == "succeeded"
-    # requests' own instrumentation: the HTTP call is a client span of the step, whose context
-    # went out as the request's traceparent.
-    (submit,) = finished(spans, "job.submit")
-    (post,) = [s for s in finished(spans, "POST") if s.parent == submit.context]
-    assert post.kind is trace.SpanKind.CLIENT
-    assert post.attributes["http.status_code"] == 202
+    # Each call went out with its step's context as its traceparent, and made no span of its own.
+    assert sandbox.stats()["traceparents"] == [
+        f"{method} {path} 00-{trace_of(job):032x}-{step.context.span_id:016x}-"
+        f"{step.context.trace_flags:02x}"
+        for step, (method, path) in zip(
+            steps,
+            [
+                ("POST", "/v1/extractions"),
+                *[("GET", f"/v1/extractions/{job.external_job_id}")] * job.poll_count,
+                ("GET", f"/v1/extractions/{job.external_job_id}/result"),
+            ],
+            strict=True,
+        )
+    ]
+    step_ids = {step.context.span_id for step in steps}
+    assert not [s for s in spans.get_finished_spans() if s.parent and s.parent.span_id in step_ids]
 
 
 def test_a_batch_task_links_to_each_jobs_trace_and_is_no_jobs_child(
@@ -69,7 +80,12 @@ def test_a_batch_task_links_to_each_jobs_trace_and_is_no_jobs_child(
     assert batch.parent is None
     assert {link.context.trace_id for link in batch.links} == {trace_of(job) for job in jobs}
     assert batch.context.trace_id not in {trace_of(job) for job in jobs}
-    assert batch.attributes["jobs.count"] == 3
+    assert batch.attributes["jobs.count"] == batch.attributes["jobs.submitted"] == 3
+    assert batch.attributes["jobs.record_ms"] > 0
+    # Its transactions' statements make no spans: its trace is its span alone.
+    assert [
+        s.name for s in spans.get_finished_spans() if s.context.trace_id == batch.context.trace_id
+    ] == ["jobs.process"]
 
 
 def test_a_failed_step_says_its_outcome_and_the_jobs_error_code(spans, sandbox, sandbox_extractor):
@@ -102,10 +118,22 @@ def test_an_extractor_call_carries_the_current_spans_traceparent(spans, httpserv
     with tracing.span("job.submit") as submit:
         client.submit(SubmitRequest(file_name="a.txt", source_url="https://files.example.org/a"))
     (request, _answer) = httpserver.log[0]
-    trace_id, parent_id = tracing.trace_ids(request.headers["traceparent"])
-    assert trace_id == trace.format_trace_id(submit.get_span_context().trace_id)
-    (post,) = finished(spans, "POST")
-    assert parent_id == trace.format_span_id(post.context.span_id)
+    assert tracing.trace_ids(request.headers["traceparent"]) == (
+        trace.format_trace_id(submit.get_span_context().trace_id),
+        trace.format_span_id(submit.get_span_context().span_id),
+    )
+    assert [span.name for span in spans.get_finished_spans()] == ["job.submit"]
+
+
+def test_with_tracing_off_an_extractor_call_has_no_traceparent(httpserver):
+    httpserver.expect_request("/v1/extractions", method="POST").respond_with_json(
+        {"id": "x-1", "status": "queued"}, status=202
+    )
+    client = HttpAsyncClient(ClientConfig(base_url=httpserver.url_for("")))
+    with tracing.span("job.submit"):
+        client.submit(SubmitRequest(file_name="a.txt", source_url="https://files.example.org/a"))
+    (request, _answer) = httpserver.log[0]
+    assert "traceparent" not in request.headers
 
 
 def test_a_webhook_post_carries_the_jobs_trace(spans, settings, sandbox_extractor):
