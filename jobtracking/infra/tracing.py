@@ -122,28 +122,30 @@ class _NoOrphanClientSpans:
         return f"NoOrphanClientSpans{{{self.sampler.get_description()}}}"
 
 
+def _instrumentors() -> list:
+    """The maintained instrumentations `enable` turns on and `disable` off."""
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+
+    return [DjangoInstrumentor(), PsycopgInstrumentor()]
+
+
 def enable(provider) -> None:
     """Trace through `provider` from now on (tests pass one with an in-memory exporter), with
     Django's and psycopg's own instrumentation. HTTP calls make no span of their own: an
     extractor call is its step's span, which sends its traceparent along
     (`extraction.clients.base.with_trace_context`)."""
-    from opentelemetry.instrumentation.django import DjangoInstrumentor
-    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-
     global _tracer
     _tracer = provider.get_tracer(TRACER_NAME)
-    for instrumentor in (DjangoInstrumentor(), PsycopgInstrumentor()):
+    for instrumentor in _instrumentors():
         instrumentor.instrument(tracer_provider=provider)
 
 
 def disable() -> None:
     """Undo `enable` (tests)."""
-    from opentelemetry.instrumentation.django import DjangoInstrumentor
-    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-
     global _tracer
     _tracer = None
-    for instrumentor in (DjangoInstrumentor(), PsycopgInstrumentor()):
+    for instrumentor in _instrumentors():
         instrumentor.uninstrument()
 
 
