@@ -13,7 +13,7 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
-from jobtracking.infra.files import storage_sha256
+from jobtracking.infra.files import DigestingFile, storage_sha256
 
 ARCHIVE_STORAGE = "archive"
 # A part bigger than this goes to a temporary file while it is written, not memory.
@@ -85,10 +85,13 @@ def save_json(path: str, document: dict) -> StoredFile:
 
 
 def copy_file(source: Storage, name: str, path: str) -> StoredFile:
-    """Copy a stored file (an upload, a result's file) into the archive, checked like a part."""
-    expected = stored_sha256(name, source)
+    """Copy a stored file (an upload, a result's file) into the archive, checked like a part.
+    The source is hashed as the archive's storage reads it to copy it (read once), unless that
+    storage reads it another way: then it is read again to hash it."""
     with source.open(name, "rb") as original:
-        saved = archive_storage().save(path, original)
+        content = DigestingFile(original)
+        saved = archive_storage().save(path, content)
+    expected = content.sha256() or stored_sha256(name, source)
     return _checked(saved, expected, source.size(name))
 
 

@@ -36,11 +36,11 @@ def file_name_from_url(url: str) -> str:
 
 
 class DigestingFile(File):
-    """An upload whose bytes are hashed as storage reads them through `chunks()`, as Django's
-    file system storage copies a file, so that they are read once. Wrapping hides the
-    upload's temporary path, so storage copies rather than moves it: moving would read nothing
-    through us. A storage that reads another way leaves `sha256()` None, and the caller hashes
-    the stored file instead."""
+    """A file (an upload, a stored file copied into the archive) whose bytes are hashed as
+    storage reads them through `chunks()`, as Django's file system storage copies a file, so
+    that they are read once. Wrapping hides the upload's temporary path, so storage copies
+    rather than moves it: moving would read nothing through us. A storage that reads another
+    way leaves `sha256()` None, and the caller hashes the file itself."""
 
     def __init__(self, upload: File) -> None:
         super().__init__(upload, name=upload.name)
