@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from extraction.models import Extractor
 from jobtracking import states
-from jobtracking.audit import GENESIS, chain_change
+from jobtracking.audit import chain_change
 from jobtracking.errors import (
     ActiveJobExistsError,
     ApplicationError,
@@ -436,7 +436,8 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
     params = [
         job_rows.rows,
         job_rows.shared,
-        json_rows([instance(JobStatusChange, prev_hash=GENESIS, **change)], _change_value_fields()),
+        # The audit row they share: any job's (the first's), but for its job and hash.
+        json_rows(changes[:1], _change_value_fields()),
         event_rows.rows,
         event_rows.shared,
         fan_out_values(now),
