@@ -55,6 +55,18 @@ _GROUP_SQL = {
 }
 
 
+def parse_groups(value: str) -> list[str]:
+    """The groups a comma-separated list names (the API's `group_by`, `usage_report
+    --group-by`), in order, each once. Raises ValueError saying what is wrong: an unknown group,
+    or both day and month."""
+    keys = [key.strip() for key in value.split(",") if key.strip()]
+    if unknown := [key for key in keys if key not in GROUPS]:
+        raise ValueError(f"Unknown group {', '.join(map(repr, unknown))}: use {', '.join(GROUPS)}.")
+    if {"day", "month"} <= set(keys):
+        raise ValueError("Group by day or by month, not both.")
+    return list(dict.fromkeys(keys))
+
+
 @dataclass(frozen=True)
 class UsageLine:
     group: dict[str, Any]  # the requested groups' values: client, extractor (slug), model…

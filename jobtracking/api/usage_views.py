@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from jobtracking.api.permissions import ActionPermission
 from jobtracking.api.query import StrictQueryParameters
-from jobtracking.usage_selectors import GROUPS, usage_client_scope, usage_summary
+from jobtracking.usage_selectors import parse_groups, usage_client_scope, usage_summary
 
 MAX_DAYS = 366
 
@@ -30,14 +30,10 @@ class UsageQuerySerializer(serializers.Serializer):
         }
 
     def validate_group_by(self, value: str) -> list[str]:
-        keys = [key.strip() for key in value.split(",") if key.strip()]
-        if unknown := [key for key in keys if key not in GROUPS]:
-            raise serializers.ValidationError(
-                f"Unknown group {', '.join(map(repr, unknown))}: use {', '.join(GROUPS)}."
-            )
-        if {"day", "month"} <= set(keys):
-            raise serializers.ValidationError("Group by day or by month, not both.")
-        return list(dict.fromkeys(keys))
+        try:
+            return parse_groups(value)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
 
     def validate(self, attrs):
         today = datetime.now(UTC).date()

@@ -4,7 +4,7 @@ from datetime import datetime
 from django.core.management.base import BaseCommand, CommandError
 
 from jobtracking.admin.usage import month_days, usage_csv
-from jobtracking.usage_selectors import GROUPS, usage_summary
+from jobtracking.usage_selectors import GROUPS, parse_groups, usage_summary
 
 
 def month(value: str):
@@ -35,11 +35,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        keys = [key.strip() for key in options["group_by"].split(",") if key.strip()]
-        if unknown := [key for key in keys if key not in GROUPS]:
-            raise CommandError(
-                f"--group-by: unknown {', '.join(unknown)}; use {', '.join(GROUPS)}."
-            )
+        try:
+            keys = parse_groups(options["group_by"])
+        except ValueError as error:
+            raise CommandError(f"--group-by: {error}") from None
         start, end = month_days(options["month"])
         lines = usage_summary(client=None, start=start, end=end, group_by=keys)
         rows = list(usage_csv(lines, keys))

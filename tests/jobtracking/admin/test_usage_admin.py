@@ -2,6 +2,7 @@
 
 import csv
 import io
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -136,3 +137,15 @@ def test_usage_report_prints_a_month_as_csv_and_as_a_table(november):
 def test_usage_report_refuses_a_bad_month():
     with pytest.raises(CommandError, match="YYYY-MM"):
         call_command("usage_report", "--month", "2026-13")
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ("client,color", "--group-by: Unknown group 'color': use client, extractor"),
+        ("day,month", "--group-by: Group by day or by month, not both."),
+    ],
+)
+def test_usage_report_refuses_groups_as_the_api_does(groups, message):
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("usage_report", "--month", "2026-11", "--group-by", groups)
