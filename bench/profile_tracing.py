@@ -14,6 +14,8 @@ time spent in OpenTelemetry's code and protobuf's.
     BENCH_PROFILE_JOBS (500)     jobs in each run
     BENCH_PROFILE_ROUNDS (3)     rounds of off, on, on with no trace sampled
     BENCH_PROFILE_TOP (30)       functions listed; 0 leaves the profile out
+    BENCH_PROFILE_TRACING (on)   off: runs and profiles tracing off only (the worker's own CPU)
+    BENCH_PROFILE_OUT            a file to save the profile in, for pstats
 """
 
 import contextlib
@@ -34,6 +36,9 @@ TOP = int(os.environ.get("BENCH_PROFILE_TOP", 30))
 # label: the share of traces sampled (None: tracing off). "none sampled": the instrumentation's
 # and the helpers' cost without a span recorded.
 CONDITIONS = {"off": None, "on": 1.0, "on, none sampled": 0.0}
+TRACING_OFF = os.environ.get("BENCH_PROFILE_TRACING", "on") == "off"
+if TRACING_OFF:
+    CONDITIONS = {"off": None}
 
 
 class InThread:
@@ -194,20 +199,23 @@ def main() -> None:
         profile = cProfile.Profile(time.process_time)  # CPU, not waits
         try:
             profile.enable()
-            profiled = run(sandbox_url, files, sink, 1.0, profiled=True)
+            profiled = run(sandbox_url, files, sink, None if TRACING_OFF else 1.0, profiled=True)
             profile.disable()
         finally:
             tasks._call_pool = pool
         stats = pstats.Stats(profile)
+        if os.environ.get("BENCH_PROFILE_OUT"):
+            stats.dump_stats(os.environ["BENCH_PROFILE_OUT"])
         total = stats.total_tt
         shares = {"opentelemetry": 0.0, "google/protobuf": 0.0}
         for (path, _line, _name), (_cc, _nc, tt, _ct, _callers) in stats.stats.items():
             for part in shares:
                 if f"/{part}/" in path:
                     shares[part] += tt
+        label = "off" if TRACING_OFF else "on"
         print(
-            f"\nprofiled on run: {profiled:.2f} CPU ms a job (cProfile's own overhead included); "
-            f"own time in opentelemetry/ {100 * shares['opentelemetry'] / total:.1f}%, "
+            f"\nprofiled {label} run: {profiled:.2f} CPU ms a job (cProfile's own overhead "
+            f"included); own time in opentelemetry/ {100 * shares['opentelemetry'] / total:.1f}%, "
             f"google/protobuf/ {100 * shares['google/protobuf'] / total:.1f}%"
         )
         stats.sort_stats("tottime").print_stats(TOP)

@@ -166,7 +166,7 @@ class ExtractorClient(ABC):
 
     def __init__(self, config: ClientConfig, session: requests.Session | None = None) -> None:
         self.config = config
-        self.session = session or new_session(config.pool_size)
+        self.session = session or new_session(config.base_url, config.pool_size)
 
     @abstractmethod
     def submit(self, request: SubmitRequest) -> Submission: ...
@@ -367,14 +367,10 @@ def percent(value: Any) -> int | None:
     return int(max(0, min(100, value)))
 
 
-def new_session(pool_size: int) -> requests.Session:
-    """A pooled session; retries are ours (job counters and due_at), so urllib3's are off.
-
-    Its `auth` does nothing: a session without one reads ~/.netrc on every request and sends
-    the credentials it finds for the host. An extractor's credentials travel in our headers
-    only, and the lookup cost the workers more CPU than the rest of a request's preparation."""
-    session = requests.Session()
-    session.auth = _headers_carry_the_credentials
+def new_session(base_url: str, pool_size: int) -> requests.Session:
+    """A pooled session for calls to the extractor at `base_url`; retries are ours (job counters
+    and due_at), so urllib3's are off."""
+    session = SettledSession(base_url)
     adapter = requests.adapters.HTTPAdapter(
         pool_connections=4, pool_maxsize=pool_size, max_retries=0
     )
@@ -383,8 +379,47 @@ def new_session(pool_size: int) -> requests.Session:
     return session
 
 
-def _headers_carry_the_credentials(request: requests.PreparedRequest) -> requests.PreparedRequest:
-    return request
+class SettledSession(requests.Session):
+    """A session that reads the environment for its extractor once, when it is made.
+
+    A session that trusts the environment reads it on every request: the proxy variables (with
+    NO_PROXY matched against the URL's host), REQUESTS_CA_BUNDLE and ~/.netrc. Those reads cost
+    the workers more CPU than the rest of a request's preparation. This one takes requests' own
+    answer for the base URL's scheme and host as its `proxies` and `verify`, and then stops
+    trusting the environment: a call there goes as requests would have sent it. A call elsewhere
+    (a stored poll location of an earlier base URL), or one with proxies of its own, reads the
+    proxy and CA settings on the call, as requests would.
+
+    Not trusting the environment also keeps the ~/.netrc entry for the host from replacing the
+    credentials our headers carry."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__()
+        # A session that trusts the environment, only to read it as requests does.
+        self._environment = requests.Session()
+        self._origin: tuple[str, str] | None = None
+        try:
+            settled = self._environment.merge_environment_settings(base_url, {}, None, None, None)
+            self._origin = _scheme_and_netloc(base_url)
+        except ValueError:  # an unreadable URL: each call fails as requests would have it fail
+            pass
+        else:
+            self.proxies, self.verify = settled["proxies"], settled["verify"]
+        self.trust_env = False
+
+    def merge_environment_settings(
+        self, url: str, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> dict[str, Any]:
+        if proxies or self._origin is None or _scheme_and_netloc(url) != self._origin:
+            return self._environment.merge_environment_settings(url, proxies, stream, verify, cert)
+        return super().merge_environment_settings(url, proxies, stream, verify, cert)
+
+
+def _scheme_and_netloc(url: str) -> tuple[str, str]:
+    """What requests' reading of the environment depends on in a URL (the proxy variable its
+    scheme names, NO_PROXY matched against its host and port)."""
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc
 
 
 def with_trace_context(headers: Mapping[str, str] | None) -> dict[str, str]:
