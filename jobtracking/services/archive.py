@@ -36,6 +36,7 @@ from jobtracking.infra.archive_storage import (
     save_json,
 )
 from jobtracking.infra.rows import (
+    array_literal,
     insert_fields,
     insert_statement,
     prepared_cursor,
@@ -96,7 +97,7 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
         raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
     run.parts += 1
     days: dict[date, _DayPart] = {}
-    ids = [list(job_ids)]
+    ids = [array_literal(job_ids)]
     with _Streams() as streams:
         jobs = streams.open(_job_rows_sql(), ids)
         children = {
@@ -214,7 +215,7 @@ def _job_rows_sql() -> str:
     indexed = ", ".join(f"j.{quote(job.get_field(name).column)}" for name in INDEXED)
     return (
         f"SELECT {indexed}, {_has_files(ExtractionJob, 'j')}, row_to_json(j)::text "
-        f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s) ORDER BY j.id"
+        f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s::uuid[]) ORDER BY j.id"
     )
 
 
@@ -225,7 +226,7 @@ def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
         f"SELECT c.{job}, count(*), bool_or({_has_files(model, 'c')}), "
         # array_to_json, not json_agg, which puts line breaks between elements.
         f"array_to_json(array_agg(c ORDER BY {ordering}))::text FROM {table(model)} c "
-        f"WHERE c.{job} = ANY(%s) GROUP BY c.{job} ORDER BY c.{job}"
+        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job} ORDER BY c.{job}"
     )
 
 
@@ -240,7 +241,7 @@ def _deliveries_sql() -> str:
         f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
         f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = ANY(%s) GROUP BY 1, 2) s GROUP BY job_id ORDER BY job_id"
+        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id ORDER BY job_id"
     )
 
 
