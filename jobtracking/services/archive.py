@@ -123,7 +123,8 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
         deliveries = _PerJob(streams.open(_deliveries_sql(), ids))
         for job_id, created_at, has_files, job_json in jobs:
             day = created_at.astimezone(UTC).date()
-            part = days.setdefault(day, _DayPart())
+            if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
+                part = days[day] = _DayPart()
             record = _record(job_id, (has_files, job_json), children, deliveries, part, day)
             line, offset = part.writer.add(record.encode())
             part.records.append((job_id, line, offset))
