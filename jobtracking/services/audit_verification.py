@@ -8,9 +8,11 @@ another, so their ids follow the chain. Each row's hash is recomputed from its c
 each head a checkpoint signed must still be a row of its job's chain."""
 
 import datetime
+import functools
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from uuid import UUID
@@ -104,8 +106,21 @@ def _chunks(query: QuerySet) -> Iterator[list]:
     with connection.connection.cursor(name=f"audit_{next(_cursor_numbers)}") as cursor:
         cursor.adapters.register_loader("uuid", TextLoader)
         cursor.execute(sql)
-        while chunk := cursor.fetchmany(CHUNK):
-            yield chunk
+        yield from _read_ahead(functools.partial(cursor.fetchmany, CHUNK))
+
+
+def _read_ahead(fetch: Callable[[], list]) -> Iterator[list]:
+    """`fetch()`'s chunks up to an empty one, each fetched in a thread while the caller checks
+    the one before: PostgreSQL writes the next rows while this process hashes these (a FETCH
+    leaves each side idle while the other works). psycopg waits for the server without the GIL."""
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        ahead = reader.submit(fetch)
+        try:
+            while chunk := ahead.result():
+                ahead = reader.submit(fetch)
+                yield chunk
+        finally:
+            wait([ahead])  # before the cursor closes, when the caller stops early
 
 
 _cursor_numbers = itertools.count()
