@@ -9,7 +9,7 @@ COMMON_COLUMNS = (
     "id, extractor_id, file_id, file_name, content_type, file_sha256, source_url, upload, "
     "options, metadata, attempt, submit_attempts, poll_count, poll_error_count, external_job_id, "
     "external_url, external_status, external_request_id, progress, error_message, "
-    "request_fingerprint, updated_at, priority"
+    "request_fingerprint, updated_at, priority, traceparent"
 )
 
 
@@ -18,7 +18,7 @@ def _common_values(name: str) -> str:
     return (
         "gen_random_uuid(), %s, %s || n, '" + name + "' || n || '.pdf', 'application/pdf', '', "
         "'https://files.example.org/' || n || '.pdf', '', '{}', '{}', 1, 1, 3, 0, 'ext-' || n, "
-        "'', '', '', 0, '', '', now(), n %% 3"
+        "'', '', '', 0, '', '', now(), n %% 3, ''"
     )
 
 

@@ -25,6 +25,14 @@ READ_CHUNK = 64 * 1024
 GZIP_WBITS = 31
 
 
+def _member_wbits(size: int) -> int:
+    """A gzip member's window bits for `size` bytes: the smallest window that holds them all
+    (so no match is lost), at most zlib's 32 KiB. zlib sets up and clears the window and its
+    hash table for each member, which for a record of a few KiB in the largest window costs more
+    than compressing it; a gzip member does not record its window, and any reader inflates it."""
+    return GZIP_WBITS - 15 + min(15, max(9, size.bit_length()))
+
+
 class ArchiveError(Exception):
     """An archive file read back is not what was written, or not whole."""
 
@@ -58,8 +66,9 @@ class LinesWriter:
 
     def add(self, document: bytes) -> tuple[int, int]:
         """Append one JSON document; returns its line number and its member's byte offset."""
-        deflate = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, GZIP_WBITS)
-        member = deflate.compress(document + b"\n") + deflate.flush()
+        line = document + b"\n"
+        deflate = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, _member_wbits(len(line)))
+        member = deflate.compress(line) + deflate.flush()
         self._spool.write(member)
         self._digest.update(member)
         line, offset = self.lines, self.size

@@ -360,7 +360,15 @@ def any_of(values: list, db_type: str) -> RawSQL | list:
     database without arrays (SQLite)."""
     if _connection().vendor != "postgresql":
         return list(values)
-    return RawSQL(f"SELECT unnest(%s::{db_type}[])", [list(values)])
+    return RawSQL(f"SELECT unnest(%s::{db_type}[])", [array_literal(values)])
+
+
+def array_literal(values) -> str:
+    """The values (none None) as one PostgreSQL array literal, for a `%s::type[]` parameter:
+    built once, however many statements bind it. Django's cursors put parameters into the
+    statement's text, and psycopg writes a list there element by element, each time."""
+    quoted = (str(value).replace("\\", "\\\\").replace('"', '\\"') for value in values)
+    return "{" + ",".join(f'"{value}"' for value in quoted) + "}"
 
 
 def select_rows(model: type[models.Model], fields: tuple) -> str:

@@ -15,12 +15,12 @@ one JSON array per job, are read in job id order through server-side cursors and
 hundred rows in memory at a time; each record is put together from their JSON texts as they
 are."""
 
+import functools
 import secrets
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any
 
 import orjson
 from django.core.files.storage import storages
@@ -36,11 +36,9 @@ from jobtracking.infra.archive_storage import (
     save_json,
 )
 from jobtracking.infra.rows import (
-    insert_fields,
-    insert_statement,
+    array_literal,
     prepared_cursor,
     quote,
-    row_set,
     table,
 )
 from jobtracking.models import (
@@ -77,26 +75,45 @@ class _DayPart:
     writer: LinesWriter = field(default_factory=LinesWriter)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     attachments: list[StoredFile] = field(default_factory=list)
-    entries: list[ArchivedJob] = field(default_factory=list)
+    records: list[tuple] = field(default_factory=list)  # (job id, line, byte offset)
 
 
-def archived_jobs_insert(entries: list[ArchivedJob]) -> None:
-    """Index rows in one statement of a few parameters (`jobtracking.infra.rows`)."""
-    rows = row_set(entries, insert_fields(ArchivedJob))
+@dataclass(frozen=True)
+class ArchivedPart:
+    """A written and confirmed part: where each of its jobs' records is."""
+
+    path: str
+    manifest: str
+    archived_at: datetime
+    records: list[tuple]  # (job id, line, byte offset)
+
+
+def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
+    """The index rows of these parts' jobs, one statement a part: the rest of each row is taken
+    from its job's (`INDEXED`), so call it before the jobs are deleted."""
     with prepared_cursor() as cursor:
-        cursor.execute(insert_statement(ArchivedJob, rows.own), [rows.rows, rows.shared])
+        for part in parts:
+            job_ids, lines, offsets = zip(*part.records, strict=True)
+            cursor.execute(
+                _index_insert_sql(),
+                [
+                    *(ARCHIVE_STORAGE, part.path, part.manifest, part.archived_at),
+                    *map(array_literal, (job_ids, lines, offsets)),
+                ],
+            )
 
 
-def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
+def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
     """Write these jobs' records, one file and one manifest per creation day, each read back and
-    checked (`ArchiveError` otherwise: then nothing may be deleted). Returns the index rows,
-    unsaved: the caller saves them in the transaction that deletes the jobs, so the index lists
-    exactly the purged jobs. Call it with the jobs locked, so the record is what is deleted."""
+    checked (`ArchiveError` otherwise: then nothing may be deleted). Returns the parts, for the
+    index (`archived_jobs_insert`): the caller writes it in the transaction that deletes the
+    jobs, so the index lists exactly the purged jobs. Call it with the jobs locked, so the
+    record is what is deleted."""
     if connection.vendor != "postgresql":
         raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
     run.parts += 1
     days: dict[date, _DayPart] = {}
-    ids = [list(job_ids)]
+    ids = [array_literal(job_ids)]
     with _Streams() as streams:
         jobs = streams.open(_job_rows_sql(), ids)
         children = {
@@ -104,27 +121,25 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedJob]:
             for key, model, order in CHILDREN
         }
         deliveries = _PerJob(streams.open(_deliveries_sql(), ids))
-        for *indexed, has_files, job_json in jobs:
-            job = dict(zip(INDEXED, indexed, strict=True))
-            day = job["created_at"].astimezone(UTC).date()
-            part = days.setdefault(day, _DayPart())
-            record = _record(job, (has_files, job_json), children, deliveries, part, day)
+        for job_id, created_at, has_files, job_json in jobs:
+            day = created_at.astimezone(UTC).date()
+            if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
+                part = days[day] = _DayPart()
+            record = _record(job_id, (has_files, job_json), children, deliveries, part, day)
             line, offset = part.writer.add(record.encode())
-            part.entries.append(_entry(job, line, offset))
+            part.records.append((job_id, line, offset))
     now = timezone.now()
-    entries = []
+    written = []
     for day, part in sorted(days.items()):
         name = f"jobs/{day:%Y/%m/%d}/{run.id}-{run.parts:05d}"
         stored = part.writer.save(f"{name}.jsonl.gz")
         manifest = save_json(f"{name}.manifest.json", _manifest(run, day, stored, part, now))
-        for entry in part.entries:
-            entry.path, entry.manifest, entry.archived_at = stored.path, manifest.path, now
-        entries += part.entries
-    return entries
+        written.append(ArchivedPart(stored.path, manifest.path, now, part.records))
+    return written
 
 
 def _record(
-    job: dict[str, Any],
+    job_id,
     job_row: tuple[bool, str],
     children: dict[str, "_PerJob"],
     deliveries: "_PerJob",
@@ -137,25 +152,40 @@ def _record(
     record.append(_with_files(ExtractionJob, *job_row, files, part.attachments))
     part.counts["jobs"] += 1
     for key, model, _order in CHILDREN:
-        count, has_files, rows = children[key].get(job["id"]) or (0, False, "[]")
+        count, has_files, rows = children[key].get(job_id) or (0, False, "[]")
         part.counts[key] += count
         record += [f',"{key}":', _with_files(model, has_files, rows, files, part.attachments)]
-    count, summary = deliveries.get(job["id"]) or (0, "{}")
+    count, summary = deliveries.get(job_id) or (0, "{}")
     part.counts["deliveries"] += count
     record += [',"deliveries":', summary, "}"]
     return "".join(record)
 
 
-# Columns the index keeps beside each record, as `_job_rows_sql` returns them.
-INDEXED = (
-    "id",
-    "file_id",
-    "external_job_id",
-    "requested_by_id",
-    "status_id",
-    "created_at",
-    "completed_at",
-)
+# The index's fields taken from the job's row: what a purged job is found by and shown with.
+INDEXED = {
+    "file_id": "file_id",
+    "external_job_id": "external_job_id",
+    "requested_by": "requested_by",
+    "status": "status",
+    "created_at": "created_at",
+    "completed_at": "completed_at",
+}
+
+
+@functools.cache
+def _index_insert_sql() -> str:
+    """Parameters: storage, path, manifest, archived at; arrays of job ids, lines, offsets."""
+    index, job = ArchivedJob._meta, ExtractionJob._meta
+    own = [quote(index.get_field(name).column) for name in INDEXED]
+    taken = [f"j.{quote(job.get_field(name).column)}" for name in INDEXED.values()]
+    given = ("storage", "path", "manifest", "archived_at", "job_id", "line", "offset")
+    return (
+        f"INSERT INTO {table(ArchivedJob)} ({', '.join(own)}, "
+        f"{', '.join(quote(index.get_field(name).column) for name in given)}) "
+        f"SELECT {', '.join(taken)}, %s, %s, %s, %s, r.job_id, r.line, r.byte "
+        "FROM unnest(%s::uuid[], %s::int[], %s::bigint[]) AS r(job_id, line, byte) "
+        f"JOIN {table(ExtractionJob)} j ON j.{quote(job.pk.column)} = r.job_id"
+    )
 
 
 class _Streams:
@@ -211,10 +241,10 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
 # per-column work here.
 def _job_rows_sql() -> str:
     job = ExtractionJob._meta
-    indexed = ", ".join(f"j.{quote(job.get_field(name).column)}" for name in INDEXED)
     return (
-        f"SELECT {indexed}, {_has_files(ExtractionJob, 'j')}, row_to_json(j)::text "
-        f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s) ORDER BY j.id"
+        f"SELECT j.{quote(job.pk.column)}, j.{quote(job.get_field('created_at').column)}, "
+        f"{_has_files(ExtractionJob, 'j')}, row_to_json(j)::text "
+        f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s::uuid[]) ORDER BY j.id"
     )
 
 
@@ -225,7 +255,7 @@ def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
         f"SELECT c.{job}, count(*), bool_or({_has_files(model, 'c')}), "
         # array_to_json, not json_agg, which puts line breaks between elements.
         f"array_to_json(array_agg(c ORDER BY {ordering}))::text FROM {table(model)} c "
-        f"WHERE c.{job} = ANY(%s) GROUP BY c.{job} ORDER BY c.{job}"
+        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job} ORDER BY c.{job}"
     )
 
 
@@ -240,7 +270,7 @@ def _deliveries_sql() -> str:
         f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
         f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = ANY(%s) GROUP BY 1, 2) s GROUP BY job_id ORDER BY job_id"
+        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id ORDER BY job_id"
     )
 
 
@@ -263,21 +293,6 @@ def _with_files(
                 }
                 attachments.append(stored)
     return orjson.dumps(values).decode()
-
-
-def _entry(job: dict[str, Any], line: int, offset: int) -> ArchivedJob:
-    return ArchivedJob(
-        job_id=job["id"],
-        file_id=job["file_id"],
-        external_job_id=job["external_job_id"],
-        requested_by_id=job["requested_by_id"],
-        status=job["status_id"],
-        created_at=job["created_at"],
-        completed_at=job["completed_at"],
-        storage=ARCHIVE_STORAGE,
-        line=line,
-        offset=offset,
-    )
 
 
 def _manifest(run: ArchiveRun, day: date, stored: StoredFile, part: _DayPart, now: datetime):

@@ -8,14 +8,20 @@ another, so their ids follow the chain. Each row's hash is recomputed from its c
 each head a checkpoint signed must still be a row of its job's chain."""
 
 import datetime
+import functools
+import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from uuid import UUID
 
 import orjson
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
+from psycopg.types.string import TextLoader
 
 from jobtracking.audit import (
     CANONICAL_VERSION,
@@ -55,8 +61,10 @@ class Verified:
     last: dict = field(default_factory=dict, repr=False)
 
 
-def _rows(job_ids: list[UUID] | None, since: datetime.datetime | None) -> Iterator[tuple]:
-    """(id, job id, canonical text, prev_hash, hash) of the chosen chains' rows in id order."""
+def _rows(job_ids: list[UUID] | None, since: datetime.datetime | None) -> Iterator[list[tuple]]:
+    """The chosen chains' rows in id order, a chunk at a time, each (id, job id, text, details,
+    tail, prev_hash, hash): `text` is the row's canonical text whole where `details` is None,
+    else the part before its details (`details` their JSON as stored, `tail` the part after)."""
     rows = JobStatusChange.objects.order_by("id")
     if job_ids is not None:
         rows = rows.filter(job_id__in=job_ids)
@@ -64,10 +72,58 @@ def _rows(job_ids: list[UUID] | None, since: datetime.datetime | None) -> Iterat
         moved = JobStatusChange.objects.filter(changed_at__gte=since).values("job_id")
         rows = rows.filter(job_id__in=moved)
     if connection.vendor == "postgresql":
-        yield from _copied_rows(rows)
+        head, tail = canonical_sql()
+        # Empty details (most rows): PostgreSQL writes the whole text, Python only hashes it.
+        empty = "details = '{}'"
+        yield from _chunks(
+            rows.annotate(
+                text=RawSQL(
+                    f"CASE WHEN {empty} THEN {head} || '{{}}' || {tail} ELSE {head} END", []
+                ),
+                details_text=RawSQL(f"CASE WHEN NOT {empty} THEN details::text END", []),
+                tail=RawSQL(f"CASE WHEN NOT {empty} THEN {tail} END", []),
+            ).values_list("id", "job_id", "text", "details_text", "tail", "prev_hash", "hash")
+        )
         return
-    for change in rows.iterator(chunk_size=CHUNK):  # (SQLite: a first local run's history)
-        yield change.pk, str(change.job_id), change_canonical(change), change.prev_hash, change.hash
+    for chunk in _chunks(rows):  # (SQLite: a first local run's history)
+        yield [
+            (c.pk, str(c.job_id), change_canonical(c).decode(), None, None, c.prev_hash, c.hash)
+            for c in chunk
+        ]
+
+
+def _chunks(query: QuerySet) -> Iterator[list]:
+    """A query's rows (or objects), CHUNK at a time. On PostgreSQL, a `values_list` query's
+    through a server-side cursor, UUIDs as text: psycopg builds a chunk's rows in C, where it
+    parses the rows of a `COPY` one at a time in Python. Call it in a transaction."""
+    if connection.vendor != "postgresql":
+        rows = query.iterator(chunk_size=CHUNK)
+        while chunk := list(itertools.islice(rows, CHUNK)):
+            yield chunk
+        return
+    sql = connection.ops.compose_sql(*query.query.sql_with_params())
+    connection.ensure_connection()
+    with connection.connection.cursor(name=f"audit_{next(_cursor_numbers)}") as cursor:
+        cursor.adapters.register_loader("uuid", TextLoader)
+        cursor.execute(sql)
+        yield from _read_ahead(functools.partial(cursor.fetchmany, CHUNK))
+
+
+def _read_ahead(fetch: Callable[[], list]) -> Iterator[list]:
+    """`fetch()`'s chunks up to an empty one, each fetched in a thread while the caller checks
+    the one before: PostgreSQL writes the next rows while this process hashes these (a FETCH
+    leaves each side idle while the other works). psycopg waits for the server without the GIL."""
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        ahead = reader.submit(fetch)
+        try:
+            while chunk := ahead.result():
+                ahead = reader.submit(fetch)
+                yield chunk
+        finally:
+            wait([ahead])  # before the cursor closes, when the caller stops early
+
+
+_cursor_numbers = itertools.count()
 
 
 def canonical_sql() -> tuple[str, str]:
@@ -75,7 +131,9 @@ def canonical_sql() -> tuple[str, str]:
     rows, reading each column into a Python object and writing it again costs most of the
     check. The details, whose JSON PostgreSQL writes otherwise, are written by
     `canonical_details`. Where this and `canonical_change` disagree, every row breaks (the
-    tests verify rows written by the one with the other)."""
+    tests verify rows written by the one with the other). `prev_hash` is quoted as it is, not
+    escaped as JSON: a row whose `prev_hash` is not its chain's previous hash (64 hex digits)
+    breaks the chain before its text is hashed."""
     moment = f"to_char(changed_at AT TIME ZONE 'UTC', '{MOMENT_SQL}')"
     head = (
         "'{\"actor\":' || coalesce(actor_id::text, 'null') || ',\"actor_type\":' || "
@@ -84,56 +142,45 @@ def canonical_sql() -> tuple[str, str]:
     )
     tail = (
         "',\"from\":' || coalesce(to_json(from_status_id)::text, 'null') || ',\"job\":\"' || "
-        'job_id || \'","prev":\' || to_json(prev_hash)::text || \',"reason":\' || '
+        'job_id || \'","prev":"\' || prev_hash || \'","reason":\' || '
         "to_json(reason)::text || ',\"to\":' || to_json(to_status_id)::text || "
         f"',\"v\":{CANONICAL_VERSION}}}'"
     )
     return head, tail
 
 
-def _copied_rows(rows) -> Iterator[tuple]:
-    """The rows through COPY, as text, with the canonical text put together."""
-    head, tail = canonical_sql()
-    query = rows.annotate(head=RawSQL(head, []), tail=RawSQL(tail, [])).values_list(
-        "id", "job_id", "head", "details", "tail", "prev_hash", "hash"
-    )
-    sql = connection.ops.compose_sql(*query.query.sql_with_params())
-    connection.ensure_connection()
-    with (
-        connection.connection.cursor() as cursor,
-        cursor.copy(f"COPY ({sql}) TO STDOUT") as copy,
-    ):
-        for row_id, job_id, before, details, after, prev_hash, row_hash in copy.rows():
-            text = b"{}" if details == "{}" else canonical_details(orjson.loads(details))
-            yield row_id, job_id, before.encode() + text + after.encode(), prev_hash, row_hash
-
-
-def _verify_rows(result: Verified, rows: Iterator[tuple], signed: set[int]) -> None:
+def _verify_rows(result: Verified, chunks: Iterator[list[tuple]], signed: set[str]) -> None:
     """Check each row's links and hash; strike the heads the checkpoints signed off `signed`
     as their rows go by."""
     last = result.last
-    for row_id, job_id, canonical, prev_hash, row_hash in rows:
-        if not row_hash and not prev_hash and job_id not in last:
-            # Written before the chain existed (the migration left its hashes empty): only
-            # before a job's first chained row, which then starts from GENESIS.
-            result.unchained += 1
-            continue
-        expected_prev = last.get(job_id, GENESIS)
-        if prev_hash != expected_prev:
-            result.broken = Break(
-                f"job {job_id}, change {row_id}: previous hash", expected_prev, prev_hash
-            )
-            return
-        computed = digest(canonical)
-        if computed != row_hash:
-            result.broken = Break(
-                f"job {job_id}, change {row_id}: hash of its content", computed, row_hash
-            )
-            return
-        last[job_id] = row_hash
-        result.rows += 1
-        if signed:
-            signed.discard(_head_key(row_hash))
+    for chunk in chunks:
+        for row_id, job_id, text, details, tail, prev_hash, row_hash in chunk:
+            if not row_hash and not prev_hash and job_id not in last:
+                # Written before the chain existed (the migration left its hashes empty): only
+                # before a job's first chained row, which then starts from GENESIS.
+                result.unchained += 1
+                continue
+            expected_prev = last.get(job_id, GENESIS)
+            if prev_hash != expected_prev:
+                result.broken = Break(
+                    f"job {job_id}, change {row_id}: previous hash", expected_prev, prev_hash
+                )
+                return
+            if details is None:
+                canonical = text.encode()
+            else:
+                canonical = b"".join(
+                    (text.encode(), canonical_details(orjson.loads(details)), tail.encode())
+                )
+            computed = digest(canonical)
+            if computed != row_hash:
+                result.broken = Break(
+                    f"job {job_id}, change {row_id}: hash of its content", computed, row_hash
+                )
+                return
+            last[job_id] = row_hash
+            result.rows += 1
+            signed.discard(row_hash)
 
 
 def _verify_heads(result: Verified, job_ids: list[UUID] | None) -> None:
@@ -141,9 +188,13 @@ def _verify_heads(result: Verified, job_ids: list[UUID] | None) -> None:
     shows. `job_ids` None: every job (a job whose rows were all deleted shows too)."""
     jobs = ExtractionJob.objects.order_by().values_list("pk", "audit_head")
     if job_ids is None:
-        chunks = [jobs.iterator(chunk_size=CHUNK)]
+        chunks = _chunks(jobs)
     else:
-        chunks = (jobs.filter(pk__in=job_ids[i : i + CHUNK]) for i in range(0, len(job_ids), CHUNK))
+        chunks = (
+            chunk
+            for i in range(0, len(job_ids), CHUNK)
+            for chunk in _chunks(jobs.filter(pk__in=job_ids[i : i + CHUNK]))
+        )
     for chunk in chunks:
         for job_id, head in chunk:
             expected = result.last.get(str(job_id), "")
@@ -155,12 +206,6 @@ def _verify_heads(result: Verified, job_ids: list[UUID] | None) -> None:
             result.chains += 1
 
 
-def _head_key(head: str) -> int:
-    """A signed head as a small key: its first 128 bits (a job's id is in what it hashes, so no
-    two rows share them)."""
-    return int(head[:32], 16)
-
-
 def _verify_checkpoints(
     result: Verified,
     public_key: bytes,
@@ -168,7 +213,7 @@ def _verify_checkpoints(
     job_ids: list[UUID] | None,
     *,
     first: int | None,
-) -> set[int]:
+) -> set[str]:
     """Check each checkpoint's signature, its number and link to the one before (from `first`,
     if given), and its root over its leaves; the heads they sign (of `job_ids` only, if given),
     which the walk of the rows then looks for."""
@@ -200,38 +245,35 @@ def _verify_checkpoints(
             result.broken = Break(f"{where}: signed root", signed["root"], root)
             return heads
         heads.update(
-            _head_key(head)
-            for job_id, _day, head in checkpoint.leaves
-            if wanted is None or job_id in wanted
+            head for job_id, _day, head in checkpoint.leaves if wanted is None or job_id in wanted
         )
         previous = checkpoint
         result.checkpoints += 1
     return heads
 
 
-def _archived_heads(missing: set[int], checkpoints: list[AuditCheckpoint]) -> None:
+def _archived_heads(missing: set[str], checkpoints: list[AuditCheckpoint]) -> None:
     """Strike off `missing` the signed heads of purged jobs that their archived record holds
     (`jobtracking.services.archive`): the archive, outside the database, accounts for them. A
     job deleted without an archived record, or whose record lacks the row, stays missing."""
     signed = defaultdict(set)
     for checkpoint in checkpoints:
         for job_id, _day, head in checkpoint.leaves:
-            if _head_key(head) in missing:
+            if head in missing:
                 signed[job_id].add(head)
     for entry in ArchivedJob.objects.filter(job_id__in=list(signed)).iterator():
         record = orjson.loads(read_line(entry.storage, entry.path, entry.offset))
         archived = {change.get("hash") for change in record.get("status_changes") or ()}
-        for head in signed[str(entry.job_id)] & archived:
-            missing.discard(_head_key(head))
+        missing -= signed[str(entry.job_id)] & archived
 
 
-def _missing_head(result: Verified, checkpoints: list[AuditCheckpoint], missing: set[int]):
+def _missing_head(result: Verified, checkpoints: list[AuditCheckpoint], missing: set[str]):
     """Name the first signed head the walk did not find, nor a purged job's archived record:
     its job, or the row, is gone."""
     _archived_heads(missing, checkpoints)
     for checkpoint in checkpoints:
         for job_id, _day, head in checkpoint.leaves:
-            if _head_key(head) in missing:
+            if head in missing:
                 result.broken = Break(
                     f"checkpoint {checkpoint.number}: job {job_id}",
                     f"a change with hash {head} (signed)",
@@ -250,6 +292,26 @@ def audit_verify(
     `job_ids`; or those that moved since the changes the first of those checkpoints covers)
     with their heads, and that every head a checkpoint signed is a row of its chain; stop at the
     first broken link."""
+    with _snapshot():
+        return _verify(public_key, since, job_ids)
+
+
+@contextmanager
+def _snapshot():
+    """A transaction (the server-side cursors need one) in which, on PostgreSQL, every read sees
+    one snapshot, unless the caller's transaction has begun already: a transition committed
+    during the walk of the rows would otherwise show in its job's head but not in its chain."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
+def _verify(
+    public_key: bytes, since: datetime.datetime | None, job_ids: list[UUID] | None
+) -> Verified:
     result = Verified()
     checkpoints = AuditCheckpoint.objects.order_by("number")
     rows_since = since
