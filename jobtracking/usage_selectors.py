@@ -245,7 +245,7 @@ def _sums(start: date, end: date, prices: list[UsagePrice], *, by_day: bool) -> 
     """The rolled-up sums from `start` to `end`: the month sums of the whole months within it,
     but for an extractor (or model) a price of which starts inside one of them (its days may
     be priced differently), and the day sums of the rest."""
-    first = start if start.day == 1 else _next_month(start)
+    first = start if start.day == 1 else next_month(start)
     after = end + timedelta(days=1)
     last = after if after.day == 1 else after.replace(day=1)  # the day after the whole months
     if by_day or first >= last:
@@ -262,7 +262,8 @@ def _sums(start: date, end: date, prices: list[UsagePrice], *, by_day: bool) -> 
     ]
 
 
-def _next_month(day: date) -> date:
+def next_month(day: date) -> date:
+    """The first day of the month after `day`'s."""
     return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 

@@ -47,6 +47,7 @@ from jobtracking.models import (
 )
 from jobtracking.services.deliveries import deliveries_fan_out
 from jobtracking.services.transitions import SYSTEM, Move, jobs_transition
+from jobtracking.usage_selectors import next_month
 
 BUDGET_LOCK = 0x627564  # advisory lock namespace ("bud"); the second key is the client's id
 HELD_REASON = "Held: its client's usage budget has no room for it this month"
@@ -347,7 +348,7 @@ def budget_refusal(client_id: int | None, extractors: Iterable[int]) -> None:
                 "budget is raised or the month ends.",
                 budget_pages=budget.pages,
                 used_pages=room.used,
-                resets_at=f"{_next_month(month_of(now)).isoformat()}T00:00:00Z",
+                resets_at=f"{next_month(month_of(now)).isoformat()}T00:00:00Z",
             )
 
 
@@ -362,10 +363,6 @@ def _refusing_clients() -> frozenset[int]:
         clients = frozenset(refusing.values_list("client_id", flat=True))
         _refusing = (time.monotonic(), clients)
     return clients
-
-
-def _next_month(month: date) -> date:
-    return date(month.year + month.month // 12, month.month % 12 + 1, 1)
 
 
 def budget_changed(budget: UsageBudget) -> None:

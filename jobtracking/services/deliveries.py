@@ -107,9 +107,9 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
     )
     if not subscriptions:
         return
-    # Whose each event is: its job's requester, its batch's, or its own (a usage event).
-    requesters = {event.pk: event.requested_by_id for event in events if event.requested_by_id}
-    requesters |= dict(
+    # Whose each event is: its own `requested_by` (a usage event), its job's requester or its
+    # batch's.
+    requesters = dict(
         ExtractionJob.objects.filter(
             pk__in={event.job_id for event in events if event.job_id}
         ).values_list("pk", "requested_by_id")
@@ -126,7 +126,7 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
         if wants(
             sub,
             event.type,
-            requesters.get(event.job_id or event.batch_id or event.pk),
+            event.requested_by_id or requesters.get(event.job_id or event.batch_id),
             sub.reaches_all,
         )
     )
