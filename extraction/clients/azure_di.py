@@ -21,8 +21,10 @@ from extraction.clients.base import (
     Submission,
     SubmitRequest,
     describe,
+    json_body,
     percent,
 )
+from extraction.clients.transport import Body
 from extraction.documents import azure_di as azure_document
 from extraction.errors import ErrorCode, PermanentExtractorError, TransientExtractorError
 from extraction.redaction import redact_text
@@ -138,14 +140,13 @@ class AzureDocumentIntelligenceClient(ExtractorClient):
         for name, value in request.options.items():
             if name in QUERY_OPTIONS and value not in (None, "", []):
                 params[QUERY_OPTIONS[name]] = _query_value(value)
-        headers = self._headers()
+        headers = {**self._headers(), "Content-Type": "application/json"}
         if request.source_url:
-            body: dict[str, Any] = {"json": {"urlSource": request.source_url}}
+            body: Body = json_body({"urlSource": request.source_url})
         else:
-            body = {"data": Base64SourceBody(request.content)}
-            headers["Content-Type"] = "application/json"
+            body = Base64SourceBody(request.content)
         url = self.analyze_url()
-        response = self.request("POST", url, headers=headers, params=params, **body)
+        response = self.request("POST", url, headers=headers, params=params, body=body)
         location = response.headers.get("Operation-Location", "")
         if not location:
             raise TransientExtractorError(

@@ -15,12 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, BinaryIO
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
-import requests
+import urllib3
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from urllib3 import HTTPHeaderDict
 
+from extraction.clients.transport import (
+    Body,
+    Transport,
+    TransportError,
+    TransportTimeout,
+    body_chunks,
+)
 from extraction.errors import (
     SOURCE_CODES,
     ErrorCode,
@@ -164,9 +172,9 @@ class ExtractorClient(ABC):
     # (`extraction.sources`), so that the job records what was extracted.
     reports_document: bool = False
 
-    def __init__(self, config: ClientConfig, session: requests.Session | None = None) -> None:
+    def __init__(self, config: ClientConfig, transport: Transport | None = None) -> None:
         self.config = config
-        self.session = session or new_session(config.base_url, config.pool_size)
+        self.transport = transport or Transport(config.base_url, config.pool_size)
 
     @abstractmethod
     def submit(self, request: SubmitRequest) -> Submission: ...
@@ -236,67 +244,69 @@ class ExtractorClient(ABC):
         *,
         missing_is_lost: bool,
         headers: Mapping[str, str] | None = None,
-        **kwargs: Any,
+        params: Mapping[str, str] | None = None,
+        body: Body = None,
     ) -> "Response":
+        if params:
+            url += ("&" if "?" in url else "?") + urlencode(params)
+        timeout = (self.config.connect_timeout, self.config.read_timeout)
         try:
-            raw = self.session.request(
-                method,
-                url,
-                headers=with_trace_context(headers),
-                timeout=(self.config.connect_timeout, self.config.read_timeout),
-                stream=True,
-                allow_redirects=False,
-                **kwargs,
+            raw = self.transport.send(
+                method, url, headers=with_trace_context(headers), body=body, timeout=timeout
             )
-        except requests.Timeout:
+        except TransportTimeout:
             raise TransientExtractorError(f"{where}: timed out") from None
-        except requests.RequestException as error:
-            raise TransientExtractorError(
-                f"{where}: connection failed ({type(error).__name__})"
-            ) from None
-        with raw:
+        except TransportError as error:
+            raise TransientExtractorError(f"{where}: connection failed ({error})") from None
+        try:
             body = redact_bytes(self._read_bounded(raw, where), self.config.api_key)
-            response = Response(raw, body, self.config.api_key)
+        finally:
+            # Read to its end, its connection is back in the pool already; else it is closed
+            # first, so that no call reads what is left of this answer.
+            raw.close()
+            raw.release_conn()
+        response = Response(raw.status, raw.headers, body, self.config.api_key)
         response.raise_for_status(where, missing_is_lost=missing_is_lost)
         return response
 
-    def _read_bounded(self, raw: requests.Response, where: str) -> bytes:
+    def _read_bounded(self, raw: urllib3.BaseHTTPResponse, where: str) -> bytes:
         limit = self.config.max_response_bytes
         declared = raw.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > limit:
             raise PermanentExtractorError(
                 f"{where}: response of {declared} bytes exceeds the {limit}-byte limit",
                 code=ErrorCode.INVALID_RESPONSE,
-                http_status=raw.status_code,
+                http_status=raw.status,
             )
         chunks, size = [], 0
         try:
-            for chunk in raw.iter_content(chunk_size=65536):
+            for chunk in body_chunks(raw):
                 size += len(chunk)
                 if size > limit:
                     raise PermanentExtractorError(
                         f"{where}: response exceeds the {limit}-byte limit",
                         code=ErrorCode.INVALID_RESPONSE,
-                        http_status=raw.status_code,
+                        http_status=raw.status,
                     )
                 chunks.append(chunk)
-        except requests.RequestException as error:
-            raise TransientExtractorError(
-                f"{where}: response interrupted ({type(error).__name__})"
-            ) from None
+        except (TransportTimeout, TransportError) as error:
+            kind = str(error) or "TimeoutError"
+            raise TransientExtractorError(f"{where}: response interrupted ({kind})") from None
         return b"".join(chunks)
 
 
 class Response:
     """A fully read, size-bounded HTTP answer."""
 
-    def __init__(self, raw: requests.Response, body: bytes, key: str = "") -> None:
-        self.status_code = raw.status_code
+    def __init__(
+        self, status_code: int, headers: Mapping[str, str], body: bytes, key: str = ""
+    ) -> None:
+        self.status_code = status_code
         # Header values are kept (request ids, poll locations): never with the key in them.
-        self.headers = raw.headers
-        if key and any(key in value for value in raw.headers.values()):
-            self.headers = requests.structures.CaseInsensitiveDict(
-                {name: value.replace(key, REDACTED) for name, value in raw.headers.items()}
+        self.headers = headers
+        if key and any(key in value for value in headers.values()):
+            self.headers = HTTPHeaderDict(
+                {name: value.replace(key, REDACTED) for name, value in headers.items()}
             )
         self.body = body
 
@@ -360,66 +370,17 @@ class Response:
         )
 
 
+def json_body(value: Any) -> bytes:
+    """A JSON request body (its Content-Type is the caller's to set): no NaN or Infinity, which
+    JSON does not have."""
+    return json.dumps(value, allow_nan=False).encode()
+
+
 def percent(value: Any) -> int | None:
     """A progress figure from an answer: a finite number, as a whole percentage from 0 to 100."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return int(max(0, min(100, value)))
-
-
-def new_session(base_url: str, pool_size: int) -> requests.Session:
-    """A pooled session for calls to the extractor at `base_url`; retries are ours (job counters
-    and due_at), so urllib3's are off."""
-    session = SettledSession(base_url)
-    adapter = requests.adapters.HTTPAdapter(
-        pool_connections=4, pool_maxsize=pool_size, max_retries=0
-    )
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
-class SettledSession(requests.Session):
-    """A session that reads the environment for its extractor once, when it is made.
-
-    A session that trusts the environment reads it on every request: the proxy variables (with
-    NO_PROXY matched against the URL's host), REQUESTS_CA_BUNDLE and ~/.netrc. Those reads cost
-    the workers more CPU than the rest of a request's preparation. This one takes requests' own
-    answer for the base URL's scheme and host as its `proxies` and `verify`, and then stops
-    trusting the environment: a call there goes as requests would have sent it. A call elsewhere
-    (a stored poll location of an earlier base URL), or one with proxies of its own, reads the
-    proxy and CA settings on the call, as requests would.
-
-    Not trusting the environment also keeps the ~/.netrc entry for the host from replacing the
-    credentials our headers carry."""
-
-    def __init__(self, base_url: str) -> None:
-        super().__init__()
-        # A session that trusts the environment, only to read it as requests does.
-        self._environment = requests.Session()
-        self._origin: tuple[str, str] | None = None
-        try:
-            settled = self._environment.merge_environment_settings(base_url, {}, None, None, None)
-            self._origin = _scheme_and_netloc(base_url)
-        except ValueError:  # an unreadable URL: each call fails as requests would have it fail
-            pass
-        else:
-            self.proxies, self.verify = settled["proxies"], settled["verify"]
-        self.trust_env = False
-
-    def merge_environment_settings(
-        self, url: str, proxies: Any, stream: Any, verify: Any, cert: Any
-    ) -> dict[str, Any]:
-        if proxies or self._origin is None or _scheme_and_netloc(url) != self._origin:
-            return self._environment.merge_environment_settings(url, proxies, stream, verify, cert)
-        return super().merge_environment_settings(url, proxies, stream, verify, cert)
-
-
-def _scheme_and_netloc(url: str) -> tuple[str, str]:
-    """What requests' reading of the environment depends on in a URL (the proxy variable its
-    scheme names, NO_PROXY matched against its host and port)."""
-    parts = urlsplit(url)
-    return parts.scheme, parts.netloc
 
 
 def with_trace_context(headers: Mapping[str, str] | None) -> dict[str, str]:

@@ -5,7 +5,8 @@ GET …/{id}/result → the result JSON; DELETE …/{id} → cancel.
 """
 
 import json
-from typing import Any
+
+from urllib3 import encode_multipart_formdata
 
 from extraction.clients.base import (
     DocumentFacts,
@@ -16,6 +17,7 @@ from extraction.clients.base import (
     Submission,
     SubmitRequest,
     describe,
+    json_body,
     percent,
 )
 from extraction.documents import job_protocol
@@ -30,6 +32,19 @@ STATUS_WORDS = {
     "canceled": RemoteStatus.CANCELED,
     "cancelled": RemoteStatus.CANCELED,
 }
+
+
+def _content(request: SubmitRequest) -> bytes:
+    """The document's bytes (a file's are read from its start)."""
+    content = request.content
+    if hasattr(content, "read"):
+        content.seek(0)
+        return content.read()
+    return content or b""
+
+
+def _type(request: SubmitRequest) -> str:
+    return request.content_type or "application/octet-stream"
 
 
 class HttpAsyncClient(ExtractorClient):
@@ -53,20 +68,17 @@ class HttpAsyncClient(ExtractorClient):
             headers["Idempotency-Key"] = request.idempotency_key
         options = dict(request.options)
         if request.source_url:
-            kwargs: dict[str, Any] = {"json": {"url": request.source_url, "options": options}}
+            body = json_body({"url": request.source_url, "options": options})
+            headers["Content-Type"] = "application/json"
         else:
-            kwargs = {
-                "files": {
-                    "file": (
-                        request.file_name or "document",
-                        request.content or b"",
-                        request.content_type or "application/octet-stream",
-                    )
-                },
-                "data": {"options": json.dumps(options)},
-            }
+            body, headers["Content-Type"] = encode_multipart_formdata(
+                [
+                    ("options", json.dumps(options)),
+                    ("file", (request.file_name or "document", _content(request), _type(request))),
+                ]
+            )
         url = self.collection_url
-        response = self.request("POST", url, headers=headers, **kwargs)
+        response = self.request("POST", url, headers=headers, body=body)
         body = response.json_object(describe("POST", url))
         external_id = str(body.get("id") or "")
         if not external_id:
