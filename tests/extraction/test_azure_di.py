@@ -4,7 +4,6 @@ import base64
 import hashlib
 import json
 import socketserver
-import ssl
 import tempfile
 import threading
 import tracemalloc
@@ -350,21 +349,9 @@ def test_azure_operation_location_elsewhere_never_receives_the_key(
 
 
 @pytest.fixture
-def tls_extractor(monkeypatch, tmp_path):
-    """A TLS server on loopback with a certificate from an authority the environment's
-    REQUESTS_CA_BUNDLE names (which the clients honour, as requests would)."""
+def tls_extractor(tls_server):
     authority = trustme.CA()
-    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(serving)
-    bundle = tmp_path / "authority.pem"
-    authority.cert_pem.write_to_path(str(bundle))
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
-    server = HTTPServer(host="127.0.0.1", port=0, ssl_context=serving)
-    server.start()
-    yield server
-    server.clear()
-    if server.is_running():
-        server.stop()
+    return tls_server(authority, authority)
 
 
 def test_azure_operation_location_downgraded_to_http_is_refused(tls_extractor):

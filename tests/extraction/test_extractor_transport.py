@@ -3,12 +3,10 @@ one reading per scheme and host (the base URL's when the client is made) rather 
 every call; and it sends what requests sent."""
 
 import gzip
-import ssl
 
 import pytest
 import requests
 import trustme
-from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
 from extraction.clients.base import ClientConfig
@@ -156,21 +154,12 @@ def test_calls_keep_their_connection_alive():
         assert client.transport.route(server.url).pool.num_connections == 1
 
 
-def test_a_certificate_the_environment_does_not_trust_is_refused(environment, tmp_path):
+def test_a_certificate_the_environment_does_not_trust_is_refused(environment, tls_server):
     """TLS is verified against requests' CA bundle (certifi's, or REQUESTS_CA_BUNDLE's): a
     server whose authority is not in it gets no call."""
-    trusted, untrusted = trustme.CA(), trustme.CA()
-    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    untrusted.issue_cert("127.0.0.1").configure_cert(serving)
-    bundle = tmp_path / "trusted.pem"
-    trusted.cert_pem.write_to_path(str(bundle))
-    environment.setenv("REQUESTS_CA_BUNDLE", str(bundle))
-    server = HTTPServer(host="127.0.0.1", port=0, ssl_context=serving)
-    server.start()
-    try:
-        client = HttpAsyncClient(ClientConfig(base_url=server.url_for("/")))
-        with pytest.raises(TransientExtractorError, match=r"connection failed \(SSLError\)"):
-            client.poll(server.url_for("/v1/extractions/abc"))
-        assert server.log == []
-    finally:
-        server.stop()
+    server = tls_server(trustme.CA(), trustme.CA())
+    client = HttpAsyncClient(ClientConfig(base_url=server.url_for("/")))
+
+    with pytest.raises(TransientExtractorError, match=r"connection failed \(SSLError\)"):
+        client.poll(server.url_for("/v1/extractions/abc"))
+    assert server.log == []
