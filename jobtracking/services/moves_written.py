@@ -59,7 +59,7 @@ class MovesWritten:
         for model in INSERTED:
             created = model.objects.bulk_create(self.rows.get(model, []))
             if model is JobEvent:
-                deliveries_fan_out(created)
+                deliveries_fan_out(created, self.now)
 
     def in_one_statement(self) -> None:
         changed = tuple(ExtractionJob._meta.get_field(name) for name in self.changed)
