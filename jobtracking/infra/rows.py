@@ -246,9 +246,8 @@ def _shared(values: list) -> bool:
 
 
 def row_set(objs: list[models.Model], fields: tuple) -> RowSet:
-    """The objects' rows, with the values they all share apart (`insert_statement`)."""
-    if not objs:
-        return RowSet((), "[]", "{}")
+    """The objects' rows (at least one object), with the values they all share apart
+    (`insert_statement`)."""
     if len(objs) == 1:  # a single create: every value is shared
         return RowSet((), "[{}]", _dumps(_row(objs[0], fields)))
     own, own_values, shared = [], [], {}

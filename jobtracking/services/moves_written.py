@@ -63,28 +63,33 @@ class MovesWritten:
 
     def in_one_statement(self) -> None:
         changed = tuple(ExtractionJob._meta.get_field(name) for name in self.changed)
-        sets = [row_set(self.rows.get(model, []), insert_fields(model)) for model in INSERTED]
         params = [json_updates(self.jobs, changed)] if changed else []
-        for rows in sets:
-            params += [rows.rows, rows.shared]
-        params.append(fan_out_values(self.now))
+        inserted = []
+        for model in INSERTED:
+            if objs := self.rows.get(model):
+                rows = row_set(objs, insert_fields(model))
+                inserted.append((model, rows.own))
+                params += [rows.rows, rows.shared]
+                if model is JobEvent:  # its deliveries' CTE follows
+                    params.append(fan_out_values(self.now))
         with prepared_cursor() as cursor:
-            cursor.execute(moves_statement(changed, tuple(rows.own for rows in sets)), params)
+            cursor.execute(moves_statement(changed, tuple(inserted)), params)
 
 
 @functools.cache
-def moves_statement(changed: tuple, own: tuple[tuple, ...]) -> str:
+def moves_statement(changed: tuple, inserted: tuple[tuple, ...]) -> str:
     """One statement of CTEs that updates the jobs' `changed` fields (none: no UPDATE), inserts
-    the rows of each model of `INSERTED` (a `RowSet` whose own fields are its item of `own`; an
-    empty set inserts nothing) and the events' deliveries. Its CTEs all see the snapshot before
-    it: the deliveries read each job's requester, which no move changes. Its parameters: the
-    jobs (`json_updates`), each set's rows and shared values, the deliveries' values
-    (`fan_out_values`)."""
+    the rows of each (model, own fields) of `inserted` (a `RowSet`), and an event's deliveries.
+    Its CTEs all see the snapshot before it: the deliveries read each job's requester, which no
+    move changes. Its parameters: the jobs (`json_updates`), each set's rows and shared values,
+    the deliveries' values (`fan_out_values`)."""
     ctes = [f"moved AS ({update_statement(ExtractionJob, changed)})"] if changed else []
-    for model, fields in zip(INSERTED, own, strict=True):
+    for model, own in inserted:
         returning = "id, type, job_id" if model is JobEvent else ""
-        insert = insert_statement(model, fields, returning=returning)
-        ctes.append(f"{model._meta.model_name} AS ({insert})")
-    ctes.append(f"deliveries AS ({fan_out_statement('jobevent', table(ExtractionJob))})")
+        ctes.append(
+            f"{model._meta.model_name} AS ({insert_statement(model, own, returning=returning)})"
+        )
+        if model is JobEvent:
+            ctes.append(f"deliveries AS ({fan_out_statement('jobevent', table(ExtractionJob))})")
     # Every data-modifying CTE runs, whether the query reads it or not.
     return f"WITH {', '.join(ctes)} SELECT 1"

@@ -14,8 +14,10 @@ one sees the first one's status and is refused.
 """
 
 import getpass
+import operator
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 from uuid import UUID
 
@@ -54,6 +56,7 @@ from jobtracking.services.usage import usage_count_on_commit, usage_row
 COLUMNS = tuple(
     field.attname for field in ExtractionJob._meta.concrete_fields if not field.primary_key
 )
+_DEFERRED = (DEFERRED,) * len(COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -287,17 +290,16 @@ def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, n
 def _values(job: ExtractionJob) -> list:
     # Read from the instance's dict, not its attributes: those would load a deferred field with
     # a query per job.
-    state = vars(job)
-    return [state.get(name, DEFERRED) for name in COLUMNS]
+    # (Mapped, not a comprehension: at C speed, for each column of each job of a batch, twice.)
+    return list(map(vars(job).get, COLUMNS, _DEFERRED))
 
 
 def _changed(jobs: list[ExtractionJob], before: dict[UUID, list]) -> list[str]:
     """The columns the batch's one UPDATE writes: the union of what each job changed."""
-    indexes = set()
+    changed = set()
     for job in jobs:
-        old = before[job.pk]
-        indexes.update(i for i, value in enumerate(_values(job)) if value != old[i])
-    return [COLUMNS[i] for i in sorted(indexes)]
+        changed.update(compress(COLUMNS, map(operator.ne, _values(job), before[job.pk])))
+    return [name for name in COLUMNS if name in changed]
 
 
 def _write(written: MovesWritten, reactivated: bool, actor: Actor) -> None:
