@@ -162,7 +162,10 @@ def jobs_transition(
 
 
 def _apply(
-    locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor, results
+    locked: dict[UUID, ExtractionJob],
+    moves: list[Move],
+    actor: Actor,
+    results: Callable[[BatchOutcome], list[ExtractionResult]] | None,
 ) -> BatchOutcome:
     now = timezone.now()
     before = {pk: _values(job) for pk, job in locked.items()}

@@ -42,16 +42,19 @@ class Undone(Exception):
 
 def stored() -> dict[str, list[str]]:
     """Every column of every row of the tables a batch writes, each row as its repr (JSON's
-    1 and 1.0 differ there). An id a sequence gives is left out (a run rolled back does not
-    give it back), and an event is named by its `event_id` where a delivery points to it."""
+    1 and 1.0 differ there), in the order of their ids: an event's place in the feed too. An
+    id a sequence gives is left out (a run rolled back does not give it back), and an event is
+    named by its `event_id` where a delivery points to it (whose order says nothing)."""
     events = dict(JobEvent.objects.values_list("id", "event_id"))
     tables = {}
     for model in WRITTEN:
         names = [f.attname for f in model._meta.concrete_fields if not isinstance(f, SERIAL)]
-        rows = model.objects.values(*names)
+        rows = model.objects.order_by("pk").values(*names)
         if model is WebhookDelivery:
-            rows = [{**row, "event_id": events[row["event_id"]]} for row in rows]
-        tables[model.__name__] = sorted(map(repr, rows))
+            named = ({**row, "event_id": events[row["event_id"]]} for row in rows)
+            tables[model.__name__] = sorted(map(repr, named))
+        else:
+            tables[model.__name__] = list(map(repr, rows))
     return tables
 
 
