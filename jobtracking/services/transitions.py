@@ -52,7 +52,7 @@ from jobtracking.services.moves_written import MovesWritten
 from jobtracking.services.usage import usage_count_on_commit, usage_row
 
 # Every column but the key. Derived from the model rather than listed, so that no field a move
-# sets can be left out of the UPDATE; `_save` writes those the batch did change.
+# sets can be left out of the UPDATE; `_changed` finds those the batch did change.
 COLUMNS = tuple(
     field.attname for field in ExtractionJob._meta.concrete_fields if not field.primary_key
 )
