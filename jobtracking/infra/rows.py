@@ -141,10 +141,13 @@ def _prepared_fast(field: models.Field, value, connection):
 
 
 def _values(objs: list[models.Model], field: models.Field) -> list:
-    """The field's value of each object as `bulk_create` sends it (`SQLInsertCompiler`). An
-    object holding the very value the previous one held gets the same prepared value: a
-    bulk create's objects share most of theirs."""
-    saved = _saved(objs, field)
+    """The field's value of each object as `bulk_create` sends it (`SQLInsertCompiler`)."""
+    return _prepared_values(field, _saved(objs, field))
+
+
+def _prepared_values(field: models.Field, saved: list) -> list:
+    """The field's values as the database takes them (`_prepared`). A value that is the very
+    one before it gets the same prepared value: a batch's objects share most of theirs."""
     plain_types, convert = _plain(field)
     if convert is None and set(map(type, saved)) <= plain_types:
         return saved  # every value written as it is (read at C speed)
@@ -198,6 +201,32 @@ def json_rows(objs: list[models.Model], fields: tuple) -> str:
     return _dumps([_row(obj, fields) for obj in objs])
 
 
+def json_updates(objs: list[models.Model], fields: tuple) -> str:
+    """The objects' primary keys and values of `fields` as a JSON array of {column: value}, for
+    `update_statement`: each value as it stands, prepared as `bulk_update` sends it (with no
+    `pre_save`, which would stamp an auto_now field anew)."""
+    fields = (objs[0]._meta.pk, *fields)
+    values = [
+        _prepared_values(field, list(map(operator.attrgetter(field.attname), objs)))
+        for field in fields
+    ]
+    names = [field.column for field in fields]
+    return _dumps([dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)])
+
+
+@functools.cache
+def update_statement(model: type[models.Model], fields: tuple) -> str:
+    """An UPDATE of `fields` of the rows whose primary keys and values its JSON parameter holds
+    (`json_updates`): one statement, the same for any number of rows."""
+    pk = quote(model._meta.pk.column)
+    assignments = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields)
+    return (
+        f"UPDATE {table(model)} SET {assignments} "
+        f"FROM json_populate_recordset(NULL::{table(model)}, %s::json) v "
+        f"WHERE {table(model)}.{pk} = v.{pk}"
+    )
+
+
 class RowSet(NamedTuple):
     """Rows to insert: the fields whose values differ between them (`own`), their values as a
     JSON array of {column: value}, and the values every row shares as one JSON object."""
@@ -211,7 +240,9 @@ def _shared(values: list) -> bool:
     """Whether every value is the first as the database stores it: by its JSON text too, as
     {"n": 1} is not {"n": true} nor {"n": 1.0} there, nor is 1.0 the numeric 1.00."""
     first = values[0]
-    if values.count(first) != len(values):
+    # The last one first: a column whose values differ mostly differs there already, and
+    # counting compares every value (UUIDs, dicts: at Python speed).
+    if values[-1] != first or values.count(first) != len(values):
         return False
     return first is _DEFAULT or _dumps(values) == _dumps([first] * len(values))
 

@@ -428,7 +428,7 @@ def _insert_created(jobs: list[ExtractionJob], *, actor: Actor, reason: str, now
         with transaction.atomic():
             ExtractionJob.objects.bulk_create(jobs)
             JobStatusChange.objects.bulk_create(changes)
-            deliveries_fan_out(JobEvent.objects.bulk_create(_created_events(jobs, now)))
+            deliveries_fan_out(JobEvent.objects.bulk_create(_created_events(jobs, now)), now)
             notify_due()
         return {job.pk for job in jobs}
     job_rows = row_set(jobs, insert_fields(ExtractionJob))

@@ -93,10 +93,10 @@ def reaches_all_sql(subscription: str) -> str:
     )
 
 
-def deliveries_fan_out(events: list[JobEvent]) -> None:
-    """One pending delivery per (event, matching active subscription), due at once. Call inside
-    the transaction that writes the events: they commit together, and the delivery lane
-    (`jobtracking.engine.delivery_lane`) sends them."""
+def deliveries_fan_out(events: list[JobEvent], now: datetime | None = None) -> None:
+    """One pending delivery per (event, matching active subscription), created and due `now`
+    (by default, the present). Call inside the transaction that writes the events: they commit
+    together, and the delivery lane (`jobtracking.engine.delivery_lane`) sends them."""
     if not events:
         return
     reaches_all = RawSQL(
@@ -118,7 +118,7 @@ def deliveries_fan_out(events: list[JobEvent]) -> None:
         requesters |= dict(
             Batch.objects.filter(pk__in=batch_ids).values_list("pk", "requested_by_id")
         )
-    now = timezone.now()
+    now = now or timezone.now()
     WebhookDelivery.objects.bulk_create(
         _pending_delivery(now, event_id=event.pk, subscription_id=sub.pk)
         for event in events

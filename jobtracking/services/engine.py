@@ -625,15 +625,15 @@ def _record_alone(
 
 
 def _record(moves: list[Move], results: dict[UUID, Result]) -> BatchOutcome:
-    with transaction.atomic():
-        outcome = jobs_transition(moves, actor=SYSTEM)
-        rows = [
+    def rows(outcome: BatchOutcome) -> list[ExtractionResult]:
+        return [
             result_row(outcome.moved[pk], result)
             for pk, result in results.items()
             if pk not in outcome.refused and outcome.moved[pk].status_id == states.SUCCEEDED
         ]
-        ExtractionResult.objects.bulk_create(rows)
-    return outcome
+
+    with transaction.atomic():
+        return jobs_transition(moves, actor=SYSTEM, results=rows)
 
 
 def jobs_claim(ids: list, *, now, lease) -> None:

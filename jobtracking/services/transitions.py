@@ -3,23 +3,26 @@
 `jobs_transition` applies a batch of moves in one transaction: it locks the jobs' rows (only those:
 `FOR UPDATE OF` the job table, so the extractor row every job points to is never a shared hot
 lock), checks each move against `states.TRANSITIONS` and the status its caller expected, and
-writes every surviving job with one UPDATE, their `JobStatusChange` audit rows with one INSERT and
-their `JobEvent` outbox rows with one INSERT, fanned out to webhooks once. A move that is refused
-(the job moved on, the table forbids it) is dropped from the batch with its error; it never fails
-the others. `job_transition` is the same for one job, raising the refusal.
+writes every surviving job, their `JobStatusChange` audit rows, their `JobEvent` outbox rows
+(fanned out to webhooks) and their usage rows at once (`services.moves_written`: one statement
+on PostgreSQL). A move that is refused (the job moved on, the table forbids it) is dropped from
+the batch with its error; it never fails the others. `job_transition` is the same for one job,
+raising the refusal.
 
 The row lock closes the race between two actors (two workers, a worker and a cancel): the second
 one sees the first one's status and is refused.
 """
 
 import getpass
+import operator
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import DEFERRED
 from django.utils import timezone
 
@@ -34,17 +37,26 @@ from jobtracking.errors import (
     JobNotFoundError,
 )
 from jobtracking.events import job_event_payload
-from jobtracking.models import ActorType, ExtractionJob, JobEvent, JobStatusChange
+from jobtracking.infra.rows import instance
+from jobtracking.models import (
+    ActorType,
+    ExtractionJob,
+    ExtractionResult,
+    JobEvent,
+    JobStatusChange,
+    UsageRecord,
+)
 from jobtracking.selectors import VIEW_ALL
 from jobtracking.services.batch_completion import batches_complete_on_commit, batches_reopen
-from jobtracking.services.deliveries import deliveries_fan_out
-from jobtracking.services.usage import usage_record, usage_row
+from jobtracking.services.moves_written import MovesWritten
+from jobtracking.services.usage import usage_count_on_commit, usage_row
 
 # Every column but the key. Derived from the model rather than listed, so that no field a move
-# sets can be left out of the UPDATE; `_save` writes those the batch did change.
+# sets can be left out of the UPDATE; `_changed` finds those the batch did change.
 COLUMNS = tuple(
     field.attname for field in ExtractionJob._meta.concrete_fields if not field.primary_key
 )
+_DEFERRED = (DEFERRED,) * len(COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -132,19 +144,29 @@ def lock_jobs(job_ids: Collection[UUID]) -> dict[UUID, ExtractionJob]:
 
 
 def jobs_transition(
-    moves: list[Move], *, actor: Actor, locked: dict[UUID, ExtractionJob] | None = None
+    moves: list[Move],
+    *,
+    actor: Actor,
+    locked: dict[UUID, ExtractionJob] | None = None,
+    results: Callable[[BatchOutcome], list[ExtractionResult]] | None = None,
 ) -> BatchOutcome:
     """Apply `moves` in one transaction (see the module docstring); `locked` passes jobs the
     caller has already locked in its own transaction, read with their extractor and requester
     as `lock_jobs` reads them. A job may have several moves; once one is refused, its later
-    ones are skipped."""
+    ones are skipped. `results` gives the result rows to store with the moves, from their
+    outcome (the engine's record step): written with the moves' other rows."""
     with transaction.atomic(savepoint=False):
         if locked is None:
             locked = lock_jobs({move.job_id for move in moves})
-        return _apply(locked, moves, actor)
+        return _apply(locked, moves, actor, results)
 
 
-def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -> BatchOutcome:
+def _apply(
+    locked: dict[UUID, ExtractionJob],
+    moves: list[Move],
+    actor: Actor,
+    results: Callable[[BatchOutcome], list[ExtractionResult]] | None,
+) -> BatchOutcome:
     now = timezone.now()
     before = {pk: _values(job) for pk, job in locked.items()}
     outcome = BatchOutcome()
@@ -184,18 +206,20 @@ def _apply(locked: dict[UUID, ExtractionJob], moves: list[Move], actor: Actor) -
         changes.append(_audit_row(job, from_status, actor, move, now))
         if states.event_type(from_status, move.to_status):
             event_jobs.append((job, states.event_type(from_status, move.to_status)))
-    _save(outcome, before, reactivated, actor)
     if reopened_batches:
         batches_reopen(reopened_batches)
     # Checked after commit, never here: see `services.batch_completion`.
     batches_complete_on_commit(ended_batches)
-    JobStatusChange.objects.bulk_create(changes)
-    events = JobEvent.objects.bulk_create(
-        JobEvent(job=job, type=kind, payload=job_event_payload(job), created_at=now)
+    events = [
+        instance(JobEvent, job_id=job.pk, type=kind, payload=job_event_payload(job), created_at=now)
         for job, kind in event_jobs
-    )
-    deliveries_fan_out(events)
-    usage_record(usage)
+    ]
+    jobs = list(outcome.moved.values())
+    rows = {JobStatusChange: changes, JobEvent: events, UsageRecord: usage}
+    if results is not None:
+        rows[ExtractionResult] = results(outcome)
+    _write(MovesWritten(jobs, _changed(jobs, before), rows, now), reactivated, actor)
+    usage_count_on_commit(usage)
     return outcome
 
 
@@ -250,14 +274,15 @@ def _work_began(move: Move) -> bool:
 def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, now):
     """The move's audit row, linked to the job's chain (the job is locked); the job's new
     head is saved with the job's other changes."""
-    change = JobStatusChange(
-        job=job,
+    change = instance(
+        JobStatusChange,
+        job_id=job.pk,
         from_status_id=from_status,
         to_status_id=job.status_id,
         attempt=job.attempt,
         changed_at=now,
         actor_type=actor.type,
-        actor=actor.user,
+        actor_id=actor.user_id,
         reason=move.reason,
         details={**actor.details, **(move.details or {})},
     )
@@ -268,62 +293,33 @@ def _audit_row(job: ExtractionJob, from_status: str, actor: Actor, move: Move, n
 def _values(job: ExtractionJob) -> list:
     # Read from the instance's dict, not its attributes: those would load a deferred field with
     # a query per job.
-    state = vars(job)
-    return [state.get(name, DEFERRED) for name in COLUMNS]
+    # (Mapped, not a comprehension: at C speed, for each column of each job of a batch, twice.)
+    return list(map(vars(job).get, COLUMNS, _DEFERRED))
 
 
-def _save(outcome: BatchOutcome, before: dict[UUID, list], reactivated: bool, actor: Actor) -> None:
-    jobs = list(outcome.moved.values())
-    # One UPDATE for the batch: its columns are the union of what each job changed.
-    indexes = set()
+def _changed(jobs: list[ExtractionJob], before: dict[UUID, list]) -> list[str]:
+    """The columns the batch's one UPDATE writes: the union of what each job changed."""
+    changed = set()
     for job in jobs:
-        old = before[job.pk]
-        indexes.update(i for i, value in enumerate(_values(job)) if value != old[i])
-    changed = [COLUMNS[i] for i in sorted(indexes)]
-    if not changed:
-        return
+        changed.update(compress(COLUMNS, map(operator.ne, _values(job), before[job.pk])))
+    return [name for name in COLUMNS if name in changed]
+
+
+def _write(written: MovesWritten, reactivated: bool, actor: Actor) -> None:
     if not reactivated:
-        update_rows(jobs, changed)
+        written.write()
         return
     # Back to active: the partial unique index may find another active job for the file.
     try:
         with transaction.atomic():
-            update_rows(jobs, changed)
+            written.write()
     except IntegrityError:
-        job = jobs[0]
-        if len(jobs) == 1 and (
+        job = written.jobs[0]
+        if len(written.jobs) == 1 and (
             error := active_job_error(job.extractor, job.file_id, viewer=actor.user)
         ):
             raise error from None
         raise
-
-
-def update_rows(jobs: list[ExtractionJob], names: list[str]) -> None:
-    """Write `names` of every job in one UPDATE. On PostgreSQL that is `UPDATE … FROM (VALUES
-    …)`: Django's `bulk_update` builds a CASE per field and row, which cost more CPU than the
-    rest of a batch step together. Elsewhere, `bulk_update`."""
-    if connection.vendor != "postgresql":
-        ExtractionJob.objects.bulk_update(jobs, names)
-        return
-    meta = ExtractionJob._meta
-    fields = [meta.pk] + [meta.get_field(name) for name in names]
-    columns = [field.column for field in fields]
-    row = "(" + ", ".join(f"%s::{field.db_type(connection)}" for field in fields) + ")"
-    params = [
-        field.get_db_prep_save(getattr(job, field.attname), connection)
-        for job in jobs
-        for field in fields
-    ]
-    quote = connection.ops.quote_name
-    table = quote(meta.db_table)
-    assignments = ", ".join(f"{quote(column)} = v.{quote(column)}" for column in columns[1:])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([row] * len(jobs))}) "
-            f"AS v({', '.join(quote(column) for column in columns)}) "
-            f"WHERE {table}.{quote(columns[0])} = v.{quote(columns[0])}",
-            params,
-        )
 
 
 def active_job_error(extractor, file_id: str, *, viewer=None) -> ActiveJobExistsError | None:

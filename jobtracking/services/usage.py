@@ -1,9 +1,10 @@
 """Usage: the billable pages of every attempt that reached an extractor, and their daily sums.
 
 - `usage_row` is called by the state machine (`transitions._apply`) for each job a move ends,
-  and `usage_record` writes the batch's rows with one INSERT in the transition's own transaction:
-  a batch of the engine adds one statement, never one per job, and an attempt is counted exactly
-  when it ends (requeues and resubmissions as new jobs are counted again; they are paid again).
+  which writes the batch's rows with its other rows in the transition's own transaction
+  (`services.moves_written`): a batch of the engine adds no statement per job, and an attempt
+  is counted exactly when it ends (requeues and resubmissions as new jobs are counted again;
+  they are paid again).
 - The pages: a succeeded attempt's result counted by the extractor's rules
   (`extraction.registry.billable_pages`); a failed or cancelled one, what the extractor says it
   billed; when it says nothing (Azure on a failed analysis, a cancel or deadline of ours), 0
@@ -79,11 +80,8 @@ def usage_row(
     )
 
 
-def usage_record(rows: list[UsageRecord]) -> None:
-    """Write the rows (inside the caller's transaction) and count their pages once it commits."""
-    if not rows:
-        return
-    UsageRecord.objects.bulk_create(rows)
+def usage_count_on_commit(rows: list[UsageRecord]) -> None:
+    """Count the pages of the rows the caller's transaction writes, once it commits."""
     if paid := [row for row in rows if row.pages]:
         transaction.on_commit(lambda: _count(paid))
 

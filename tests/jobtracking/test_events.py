@@ -18,9 +18,9 @@ def test_a_transitions_event_names_the_requester_without_a_query_of_its_own(
     django_assert_num_queries,
 ):
     job = ExtractionJobFactory(submitted=True, requested_by=UserFactory(username="platform"))
-    # The locked read (with extractor and requester), the job's UPDATE, the audit row, the
-    # event, the webhook subscriptions: as many as before events named the requester.
-    with django_assert_num_queries(5):
+    # The locked read (with extractor and requester) and the statement that writes the job, its
+    # audit row, event and deliveries: as many as before events named the requester.
+    with django_assert_num_queries(2):
         job_transition(job_id=job.pk, to_status="processing", actor=SYSTEM)
     payload = JobEvent.objects.get(job=job).payload
     assert (payload["status"], payload["requested_by"]) == ("processing", "platform")
@@ -37,10 +37,10 @@ def test_a_workers_batch_names_each_requester_without_a_query_per_job(django_ass
         )
         for n in range(3)
     ]
-    # A savepoint and its release around the locked read (with extractors and requesters),
-    # the UPDATE, the audit rows, the events, the webhook subscriptions and the usage rows of
+    # A savepoint and its release around the locked read (with extractors and requesters) and
+    # the statement that writes the jobs, audit rows, events, deliveries and the usage rows of
     # the attempts the deadline ended.
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(4):
         jobs_start(job_ids=[job.pk for job in overdue])
     named = dict(JobEvent.objects.filter(type="job.timed_out").values_list("job_id", "payload"))
     assert {job.pk: named[job.pk]["requested_by"] for job in overdue} == {
