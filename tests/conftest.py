@@ -22,8 +22,8 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    """Throttles and failed-authentication counts live in the cache, tokens and extractors in
-    the process's recent lookups: none carries over."""
+    """Throttles and failed-authentication counts live in the cache, tokens, extractors and
+    refusing budgets' clients in the process's recent lookups: none carries over."""
     cache.clear()
     recent_lookups_clear()
     yield
@@ -34,9 +34,11 @@ def _fresh_cache():
 def recent_lookups_clear() -> None:
     from jobtracking.api.auth import RECENT_TOKENS
     from jobtracking.api.serializers import RECENT_EXTRACTORS
+    from jobtracking.services.budgets import REFUSING_CLIENTS
 
     RECENT_TOKENS.clear()
     RECENT_EXTRACTORS.clear()
+    REFUSING_CLIENTS.clear()
 
 
 @pytest.fixture

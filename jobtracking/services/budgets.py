@@ -19,7 +19,6 @@ one (`UsageBudget`). docs/usage.md says it for staff and clients.
   is used up, instead of jobs that wait.
 """
 
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from django.utils import timezone
 from extraction.models import Extractor
 from jobtracking import states
 from jobtracking.errors import BudgetExhaustedError
+from jobtracking.infra.recent import Recent
 from jobtracking.infra.wakeup import notify_due
 from jobtracking.models import (
     ATTEMPT_STARTED_AT,
@@ -54,7 +54,8 @@ HELD_REASON = "Held: its client's usage budget has no room for it this month"
 RELEASED_REASON = "Released: its client's usage budget has room for it"
 # Held jobs released in one transaction, at most (the next round takes the rest).
 RELEASE_CHUNK = 500
-REFUSING_CACHE_SECONDS = 10.0
+# The clients with a budget that refuses: a process's recent lookup (`API_LOOKUP_CACHE_SECONDS`).
+REFUSING_CLIENTS = Recent()
 
 
 def month_of(now: datetime) -> date:
@@ -329,7 +330,7 @@ def threshold_payload(budget: UsageBudget, used: int, month: date) -> dict:
 def budget_refusal(client_id: int | None, extractors: Iterable[int]) -> None:
     """Raise `BudgetExhaustedError` when a budget of the client's that says `refuse`, covering
     one of `extractors`, is used up (nothing left after the month's usage and its jobs in
-    flight). Which clients have such a budget is read at most every `REFUSING_CACHE_SECONDS`
+    flight). Which clients have such a budget is read at most every `API_LOOKUP_CACHE_SECONDS`
     in a process, so a create of any other client costs no statement of its own."""
     if client_id is None or client_id not in _refusing_clients():
         return
@@ -352,22 +353,16 @@ def budget_refusal(client_id: int | None, extractors: Iterable[int]) -> None:
             )
 
 
-_refusing: tuple[float, frozenset[int]] = (0.0, frozenset())
-
-
 def _refusing_clients() -> frozenset[int]:
-    global _refusing
-    read_at, clients = _refusing
-    if time.monotonic() - read_at > REFUSING_CACHE_SECONDS:
+    def load() -> frozenset[int]:
         refusing = UsageBudget.objects.filter(when_used_up=WhenUsedUp.REFUSE)
-        clients = frozenset(refusing.values_list("client_id", flat=True))
-        _refusing = (time.monotonic(), clients)
-    return clients
+        return frozenset(refusing.values_list("client_id", flat=True))
+
+    return REFUSING_CLIENTS.get("refusing", load)
 
 
 def budget_changed(budget: UsageBudget) -> None:
     """Staff saved or deleted `budget`: release what it now has room for once it commits (and
-    this process reads the refusing clients again; others within `REFUSING_CACHE_SECONDS`)."""
-    global _refusing
-    _refusing = (0.0, frozenset())
+    this process reads the refusing clients again; others within `API_LOOKUP_CACHE_SECONDS`)."""
+    REFUSING_CLIENTS.clear()
     transaction.on_commit(partial(budgets_tend, client_id=budget.client_id))

@@ -26,7 +26,8 @@ def test_one_statement_writes_the_job_its_history_event_deliveries_and_wake_up()
     WebhookSubscriptionFactory(active=False, all_jobs=True)
     owners = WebhookSubscriptionFactory(created_by=user)  # the job's requester's own
     WebhookSubscriptionFactory(created_by=UserFactory())  # another client's: not their job
-    api_job(extractor, file_id="earlier")  # the connection has the statement prepared now
+    # The connection has the statement prepared now, and the process knows whose budgets refuse.
+    api_job(extractor, file_id="earlier", user=user)
     with CaptureQueriesContext(connection) as queries:
         job = api_job(extractor, metadata={"grant": 4711}, user=user)
     writes = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]
