@@ -50,7 +50,7 @@ from jobtracking.models import (
     WebhookDelivery,
 )
 
-ARCHIVE_FORMAT = 1
+ARCHIVE_FORMAT = 2
 STREAM_ROWS = 500
 # Each job's children: key in the record, model, order within the job.
 CHILDREN = (
