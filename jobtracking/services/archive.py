@@ -10,15 +10,16 @@ of the purge, each with its own manifest, so that a chunk's jobs are deleted as 
 file is confirmed, never held until the rest of the day is written.
 
 PostgreSQL serialises each row whole (`row_to_json`), so a column added later (the audit
-hashes, say) is archived without a change here. The jobs, and each kind of child aggregated to
-one JSON array per job, are read in job id order through server-side cursors and merged, a few
-hundred rows in memory at a time; each record is put together from their JSON texts as they
-are."""
+hashes, say) is archived without a change here. One query gives a row per job, in id order, with
+the job's JSON and each kind of child aggregated to one JSON array; it is read through `COPY`, a
+stream, so that PostgreSQL writes the next rows while Python compresses these, and memory holds
+a few rows at a time. Each record is put together from those JSON texts as they are."""
 
 import functools
 import secrets
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -51,7 +52,6 @@ from jobtracking.models import (
 )
 
 ARCHIVE_FORMAT = 2
-STREAM_ROWS = 500
 # Each job's children: key in the record, model, order within the job.
 CHILDREN = (
     ("status_changes", JobStatusChange, ("changed_at", "id")),
@@ -103,6 +103,32 @@ def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
             )
 
 
+def jobs_archive_started(
+    *, job_ids: list, run: ArchiveRun, beside: bool
+) -> Callable[[], list[ArchivedPart]]:
+    """Start `jobs_archive`; returns what waits for its parts (raising what it raised). `beside`:
+    on a connection of its own, in a thread, so that the caller's transaction goes on meanwhile
+    (deleting the jobs' children, say: uncommitted until the parts are confirmed). Call it once
+    the jobs are locked: the records are read from a snapshot taken after. Not beside a
+    transaction that encloses the caller's (a test's): another connection could not see its
+    rows."""
+    if not beside:
+        parts = jobs_archive(job_ids=job_ids, run=run)
+        return lambda: parts
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive")
+    parts = pool.submit(_archive_on_own_connection, job_ids, run)
+    pool.shutdown(wait=False)  # its thread ends with this task
+    return parts.result
+
+
+def _archive_on_own_connection(job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
+    """In the thread: its connection (Django's are per thread), closed once done."""
+    try:
+        return jobs_archive(job_ids=job_ids, run=run)
+    finally:
+        connection.close()
+
+
 def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
     """Write these jobs' records, one file and one manifest per creation day, each read back and
     checked (`ArchiveError` otherwise: then nothing may be deleted). Returns the parts, for the
@@ -113,21 +139,12 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
         raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
     run.parts += 1
     days: dict[date, _DayPart] = {}
-    ids = [array_literal(job_ids)]
-    with _Streams() as streams:
-        jobs = streams.open(_job_rows_sql(), ids)
-        children = {
-            key: _PerJob(streams.open(_rows_sql(model, order), ids))
-            for key, model, order in CHILDREN
-        }
-        deliveries = _PerJob(streams.open(_deliveries_sql(), ids))
-        for job_id, created_at, has_files, job_json in jobs:
-            day = created_at.astimezone(UTC).date()
-            if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
-                part = days[day] = _DayPart()
-            record = _record(job_id, (has_files, job_json), children, deliveries, part, day)
-            line, offset = part.writer.add(record.encode())
-            part.records.append((job_id, line, offset))
+    for job_id, created_at, *columns in _job_rows(job_ids):
+        day = created_at.astimezone(UTC).date()
+        if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
+            part = days[day] = _DayPart()
+        line, offset = part.writer.add(_record(columns, part, day).encode())
+        part.records.append((job_id, line, offset))
     now = timezone.now()
     written = []
     for day, part in sorted(days.items()):
@@ -138,24 +155,20 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
     return written
 
 
-def _record(
-    job_id,
-    job_row: tuple[bool, str],
-    children: dict[str, "_PerJob"],
-    deliveries: "_PerJob",
-    part: _DayPart,
-    day: date,
-) -> str:
-    """One job's record, put together from its rows' JSON texts, counted in its part."""
+def _record(columns: list, part: _DayPart, day: date) -> str:
+    """One job's record, put together from its row's JSON texts (`_job_rows`: the job's, then
+    for each kind of child its count, whether one has a file and their JSON), counted in its
+    part."""
     files = f"jobs/{day:%Y/%m/%d}/files"
+    has_files, job = columns[:2]
     record = [f'{{"archive_format":{ARCHIVE_FORMAT},"job":']
-    record.append(_with_files(ExtractionJob, *job_row, files, part.attachments))
+    record.append(_with_files(ExtractionJob, has_files, job, files, part.attachments))
     part.counts["jobs"] += 1
-    for key, model, _order in CHILDREN:
-        count, has_files, rows = children[key].get(job_id) or (0, False, "[]")
+    for n, (key, model, _order) in enumerate(CHILDREN):
+        count, has_files, rows = columns[2 + 3 * n : 5 + 3 * n]
         part.counts[key] += count
         record += [f',"{key}":', _with_files(model, has_files, rows, files, part.attachments)]
-    count, summary = deliveries.get(job_id) or (0, "{}")
+    count, summary = columns[-2:]
     part.counts["deliveries"] += count
     record += [',"deliveries":', summary, "}"]
     return "".join(record)
@@ -188,42 +201,16 @@ def _index_insert_sql() -> str:
     )
 
 
-class _Streams:
-    """Server-side cursors on the connection, in its transaction: each query's rows arrive a
-    few hundred at a time, whatever the chunk's size."""
-
-    def __enter__(self) -> "_Streams":
-        with connection.cursor() as cursor:
-            # Each query is read to its end: plan for all its rows, not the first tenth (a
-            # cursor's default would walk a whole index in job order rather than look ids up).
-            cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
-        self._cursors = []
-        return self
-
-    def open(self, sql: str, params: list) -> Iterator[tuple]:
-        cursor = connection.connection.cursor(name=f"archive_{len(self._cursors)}")
-        cursor.itersize = STREAM_ROWS
-        self._cursors.append(cursor)
-        cursor.execute(sql, params)
-        return iter(cursor)
-
-    def __exit__(self, *exc_info) -> None:
-        for cursor in self._cursors:
-            cursor.close()
-
-
-class _PerJob:
-    """One row per job, ordered by job id (the first column), looked up in the same order."""
-
-    def __init__(self, rows: Iterator[tuple]) -> None:
-        self._rows = rows
-        self._next = next(self._rows, None)
-
-    def get(self, job_id) -> tuple | None:
-        if self._next is None or self._next[0] != job_id:
-            return None
-        found, self._next = self._next[1:], next(self._rows, None)
-        return found
+def _job_rows(job_ids: list) -> Iterator[tuple]:
+    """The jobs' rows (`_job_rows_sql`), in id order, streamed by `COPY` in binary (no escaping
+    to undo): PostgreSQL writes them while they are read."""
+    connection.ensure_connection()
+    with (
+        connection.connection.cursor() as cursor,
+        cursor.copy(_job_rows_sql(), [array_literal(job_ids)] * (len(CHILDREN) + 2)) as copy,
+    ):
+        copy.set_types(_JOB_ROW_TYPES)
+        yield from copy.rows()
 
 
 def _has_files(model: type[models.Model], alias: str) -> str:
@@ -238,13 +225,39 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
 
 # PostgreSQL writes each row's JSON (`row_to_json`, and `array_to_json` for a job's children
 # in their order): every column, those added later included (the audit hashes, say), with no
-# per-column work here.
+# per-column work here. Each kind of child is grouped by job on its own and joined to the job
+# by its id (merge joins: the rows stream out in id order). Its parameters: the jobs' ids, once
+# for each kind of child, the deliveries and the jobs.
+_JOB_ROW_TYPES = (
+    ["uuid", "timestamptz", "bool", "text"]
+    + ["int8", "bool", "text"] * len(CHILDREN)
+    + ["int8", "text"]
+)
+
+
+@functools.cache
 def _job_rows_sql() -> str:
     job = ExtractionJob._meta
+    children = [(key, _rows_sql(model, order)) for key, model, order in CHILDREN]
+    columns = [
+        f"j.{quote(job.pk.column)}",
+        f"j.{quote(job.get_field('created_at').column)}",
+        _has_files(ExtractionJob, "j"),
+        "row_to_json(j)::text",
+        *(
+            f"coalesce({key}.{column}, {empty})"
+            for key, _sql in children
+            for column, empty in (("count", "0"), ("has_files", "false"), ("rows", "'[]'"))
+        ),
+        "coalesce(deliveries.count, 0)",
+        "coalesce(deliveries.summary, '{}')",
+    ]
+    joins = [*children, ("deliveries", _deliveries_sql())]
     return (
-        f"SELECT j.{quote(job.pk.column)}, j.{quote(job.get_field('created_at').column)}, "
-        f"{_has_files(ExtractionJob, 'j')}, row_to_json(j)::text "
-        f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s::uuid[]) ORDER BY j.id"
+        f"COPY (SELECT {', '.join(columns)} FROM {table(ExtractionJob)} j "
+        + " ".join(f"LEFT JOIN ({sql}) {key} ON {key}.job_id = j.id" for key, sql in joins)
+        + f" WHERE j.{quote(job.pk.column)} = ANY(%s::uuid[]) ORDER BY j.{quote(job.pk.column)}"
+        ") TO STDOUT (FORMAT BINARY)"
     )
 
 
@@ -252,10 +265,11 @@ def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
     job = quote(model._meta.get_field("job").column)
     ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
     return (
-        f"SELECT c.{job}, count(*), bool_or({_has_files(model, 'c')}), "
+        f"SELECT c.{job} AS job_id, count(*) AS count, "
+        f"bool_or({_has_files(model, 'c')}) AS has_files, "
         # array_to_json, not json_agg, which puts line breaks between elements.
-        f"array_to_json(array_agg(c ORDER BY {ordering}))::text FROM {table(model)} c "
-        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job} ORDER BY c.{job}"
+        f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows FROM {table(model)} c "
+        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job}"
     )
 
 
@@ -264,13 +278,13 @@ def _deliveries_sql() -> str:
     event = quote(WebhookDelivery._meta.get_field("event").column)
     job = quote(JobEvent._meta.get_field("job").column)
     return (
-        "SELECT job_id, sum(count)::bigint, jsonb_object_agg(state, jsonb_build_object("
+        "SELECT job_id, sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
-        "FROM "
+        "AS summary FROM "
         f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
         f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id ORDER BY job_id"
+        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id"
     )
 
 

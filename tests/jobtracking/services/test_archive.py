@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import io
 import json
+import threading
 import uuid
 
 import pytest
@@ -25,6 +26,7 @@ from jobtracking.models import (
 )
 from jobtracking.selectors import archived_job_record, archived_job_search
 from jobtracking.services import SYSTEM, job_cancel
+from jobtracking.services import archive as archive_module
 from jobtracking.services.archive import ArchiveRun
 from jobtracking.services.retention import jobs_purge
 from tests.factories import (
@@ -194,3 +196,33 @@ def test_a_column_added_later_is_archived_with_no_code_change(archive):
     assert jobs_purge(ids=[job.pk]) == 1
     record = json.loads(archived_job_record(ArchivedJob.objects.get(pk=job.pk)))
     assert [row["row_hash"] for row in record["status_changes"]] == ["\\x0102ff"] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_archive_is_written_beside_the_deletes(archive, monkeypatch):
+    """On a connection of its own, in a thread, while the purge's transaction deletes the jobs'
+    children: none of which commits unless the archive is confirmed."""
+    jobs = [finished_job(f"beside-{n}") for n in range(2)]
+    threads = []
+    written = archive_module.jobs_archive
+
+    def jobs_archive(**kwargs):
+        threads.append(threading.current_thread())
+        return written(**kwargs)
+
+    monkeypatch.setattr(archive_module, "jobs_archive", jobs_archive)
+    monkeypatch.setattr(archive_storage, "stored_sha256", lambda *args: "0" * 64)
+    with pytest.raises(archive_storage.ArchiveError):
+        jobs_purge(ids=[job.pk for job in jobs])
+    assert threads and threading.main_thread() not in threads
+    assert ExtractionJob.objects.count() == 2 and not ArchivedJob.objects.exists()
+    assert JobStatusChange.objects.filter(job__in=jobs).count() == 4
+    assert JobEvent.objects.filter(job__in=jobs).count() == 4
+
+    monkeypatch.undo()
+    assert jobs_purge(ids=[job.pk for job in jobs]) == 2
+    assert not ExtractionJob.objects.exists()
+    for job in jobs:
+        record = json.loads(archived_job_record(ArchivedJob.objects.get(pk=job.pk)))
+        assert record["job"]["file_id"] == job.file_id
+        assert len(record["status_changes"]) == 2 and len(record["events"]) == 2
