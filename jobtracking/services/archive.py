@@ -5,9 +5,10 @@ its results and their files, its events and a summary of its deliveries) is writ
 Layout (docs/archive.md): `jobs/YYYY/MM/DD/<run>-<part>.jsonl.gz` plus its
 `<run>-<part>.manifest.json`, by the job's creation day: ids are UUIDv7 and the purge walks them
 in order, so one chunk of the purge lands in one day (or two) and a day's files sit together;
-and a job's id alone says which folder holds it. A run's day is written in parts, one per chunk
-of the purge, each with its own manifest, so that a chunk's jobs are deleted as soon as their own
-file is confirmed, never held until the rest of the day is written.
+and a job's id alone says which folder holds it. A run's day is written in parts, each with its
+own manifest: a chunk of the purge is `PARTS_AT_ONCE` of them (its jobs shared in id order),
+so that a chunk's jobs are deleted as soon as their own files are confirmed, never held until
+the rest of the day is written.
 
 PostgreSQL serialises each row whole (`row_to_json`), so a column added later (the audit
 hashes, say) is archived without a change here. One query gives a row per job, in id order, with
@@ -52,6 +53,10 @@ from jobtracking.models import (
 )
 
 ARCHIVE_FORMAT = 2
+# A chunk's records are written as this many parts at once, each on a connection of its own
+# (`jobs_archive_started`): PostgreSQL writing their rows' JSON, most of an archive's cost, runs
+# on as many cores.
+PARTS_AT_ONCE = 2
 # Each job's children: key in the record, model, order within the job.
 CHILDREN = (
     ("status_changes", JobStatusChange, ("changed_at", "id")),
@@ -62,12 +67,16 @@ CHILDREN = (
 
 @dataclass
 class ArchiveRun:
-    """One purge run: its id names its files; each chunk is one more part."""
+    """One purge run: its id names its files, numbered by part."""
 
     id: str = field(
         default_factory=lambda: f"{timezone.now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     )
     parts: int = 0
+
+    def next_part(self) -> int:
+        self.parts += 1
+        return self.parts
 
 
 @dataclass
@@ -106,38 +115,41 @@ def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
 def jobs_archive_started(
     *, job_ids: list, run: ArchiveRun, beside: bool
 ) -> Callable[[], list[ArchivedPart]]:
-    """Start `jobs_archive`; returns what waits for its parts (raising what it raised). `beside`:
-    on a connection of its own, in a thread, so that the caller's transaction goes on meanwhile
-    (deleting the jobs' children, say: uncommitted until the parts are confirmed). Call it once
-    the jobs are locked: the records are read from a snapshot taken after. Not beside a
-    transaction that encloses the caller's (a test's): another connection could not see its
-    rows."""
+    """Start archiving these jobs, as `PARTS_AT_ONCE` parts of `run` (`jobs_archive`: their
+    shares in id order); returns what waits for the parts (raising what one raised). `beside`:
+    each on a connection of its own, in a thread, so that they are written at once and the
+    caller's transaction goes on meanwhile (deleting the jobs' children, say: uncommitted until
+    the parts are confirmed). Call it once the jobs are locked: the records are read from
+    snapshots taken after. Not beside a transaction that encloses the caller's (a test's):
+    another connection could not see its rows."""
+    ids = sorted(job_ids)
+    size = -(-len(ids) // PARTS_AT_ONCE)
+    shares = [(ids[n : n + size], run.next_part()) for n in range(0, len(ids), size)]
     if not beside:
-        parts = jobs_archive(job_ids=job_ids, run=run)
+        parts = [part for share in shares for part in jobs_archive(*share, run=run)]
         return lambda: parts
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive")
-    parts = pool.submit(_archive_on_own_connection, job_ids, run)
-    pool.shutdown(wait=False)  # its thread ends with this task
-    return parts.result
+    pool = ThreadPoolExecutor(max_workers=len(shares), thread_name_prefix="archive")
+    started = [pool.submit(_archive_on_own_connection, *share, run) for share in shares]
+    pool.shutdown(wait=False)  # its threads end with these tasks
+    return lambda: [part for share in started for part in share.result()]
 
 
-def _archive_on_own_connection(job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
-    """In the thread: its connection (Django's are per thread), closed once done."""
+def _archive_on_own_connection(job_ids: list, number: int, run: ArchiveRun) -> list[ArchivedPart]:
+    """In a thread: its connection (Django's are per thread), closed once done."""
     try:
-        return jobs_archive(job_ids=job_ids, run=run)
+        return jobs_archive(job_ids, number, run=run)
     finally:
         connection.close()
 
 
-def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
-    """Write these jobs' records, one file and one manifest per creation day, each read back and
-    checked (`ArchiveError` otherwise: then nothing may be deleted). Returns the parts, for the
-    index (`archived_jobs_insert`): the caller writes it in the transaction that deletes the
-    jobs, so the index lists exactly the purged jobs. Call it with the jobs locked, so the
-    record is what is deleted."""
+def jobs_archive(job_ids: list, number: int, *, run: ArchiveRun) -> list[ArchivedPart]:
+    """Write these jobs' records as part `number` of `run`: one file and one manifest per
+    creation day, each read back and checked (`ArchiveError` otherwise: then nothing may be
+    deleted). Returns the parts, for the index (`archived_jobs_insert`): the caller writes it in
+    the transaction that deletes the jobs, so the index lists exactly the purged jobs. Call it
+    with the jobs locked, so the record is what is deleted."""
     if connection.vendor != "postgresql":
         raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
-    run.parts += 1
     days: dict[date, _DayPart] = {}
     for job_id, created_at, *columns in _job_rows(job_ids):
         day = created_at.astimezone(UTC).date()
@@ -148,9 +160,11 @@ def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
     now = timezone.now()
     written = []
     for day, part in sorted(days.items()):
-        name = f"jobs/{day:%Y/%m/%d}/{run.id}-{run.parts:05d}"
+        name = f"jobs/{day:%Y/%m/%d}/{run.id}-{number:05d}"
         stored = part.writer.save(f"{name}.jsonl.gz")
-        manifest = save_json(f"{name}.manifest.json", _manifest(run, day, stored, part, now))
+        manifest = save_json(
+            f"{name}.manifest.json", _manifest(run, number, day, stored, part, now)
+        )
         written.append(ArchivedPart(stored.path, manifest.path, now, part.records))
     return written
 
@@ -309,11 +323,13 @@ def _with_files(
     return orjson.dumps(values).decode()
 
 
-def _manifest(run: ArchiveRun, day: date, stored: StoredFile, part: _DayPart, now: datetime):
+def _manifest(
+    run: ArchiveRun, number: int, day: date, stored: StoredFile, part: _DayPart, now: datetime
+):
     return {
         "archive_format": ARCHIVE_FORMAT,
         "run": run.id,
-        "part": run.parts,
+        "part": number,
         "day": day.isoformat(),
         "written_at": now,
         "storage": ARCHIVE_STORAGE,

@@ -62,8 +62,7 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
         # parts are confirmed (an archive that fails rolls it all back).
         archived = None
         if settings.JOBS_ARCHIVE_BEFORE_PURGE and doomed:
-            run = run or ArchiveRun()
-            archived = jobs_archive_started(job_ids=doomed, run=run, beside=beside)
+            archived = jobs_archive_started(job_ids=doomed, run=run or ArchiveRun(), beside=beside)
         files = list(
             ExtractionJob.objects.filter(pk__in=locked)
             .exclude(upload="")

@@ -105,23 +105,25 @@ def test_a_file_that_reads_back_wrong_deletes_nothing(archive, monkeypatch):
     assert not ArchivedJob.objects.exists()
 
 
-def test_one_run_writes_a_part_per_chunk_and_day(archive):
-    jobs = [finished_job(f"file-{n}") for n in range(3)]
+def test_one_run_writes_parts_per_chunk_and_day(archive):
+    jobs = [finished_job(f"file-{n}") for n in range(4)]
     run = ArchiveRun()
-    assert jobs_purge(ids=[jobs[0].pk, jobs[1].pk], run=run) == 2
-    assert jobs_purge(ids=[jobs[2].pk], run=run) == 1
+    assert jobs_purge(ids=[job.pk for job in jobs[:3]], run=run) == 3
+    assert jobs_purge(ids=[jobs[3].pk], run=run) == 1
     entries = ArchivedJob.objects.order_by("job_id")
-    # A part's small records share one gzip member.
-    assert [(e.line, e.offset) for e in entries] == [(0, 0), (1, 0), (0, 0)]
+    # A chunk is two parts, its jobs shared in id order; a part's small records share a member.
+    assert [(e.line, e.offset) for e in entries] == [(0, 0), (1, 0), (0, 0), (0, 0)]
     assert [e.path.rsplit("/", 1)[1] for e in entries] == [
         f"{run.id}-00001.jsonl.gz",
         f"{run.id}-00001.jsonl.gz",
         f"{run.id}-00002.jsonl.gz",
+        f"{run.id}-00003.jsonl.gz",
     ]
     assert [json.loads(archived_job_record(e))["job"]["file_id"] for e in entries] == [
         "file-0",
         "file-1",
         "file-2",
+        "file-3",
     ]
 
 
@@ -206,9 +208,9 @@ def test_outside_a_transaction_the_archive_is_written_beside_the_deletes(archive
     threads = []
     written = archive_module.jobs_archive
 
-    def jobs_archive(**kwargs):
+    def jobs_archive(*args, **kwargs):
         threads.append(threading.current_thread())
-        return written(**kwargs)
+        return written(*args, **kwargs)
 
     monkeypatch.setattr(archive_module, "jobs_archive", jobs_archive)
     monkeypatch.setattr(archive_storage, "stored_sha256", lambda *args: "0" * 64)
