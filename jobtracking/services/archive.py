@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 
 import orjson
 from django.core.files.storage import storages
@@ -151,11 +151,15 @@ def jobs_archive(job_ids: list, number: int, *, run: ArchiveRun) -> list[Archive
     if connection.vendor != "postgresql":
         raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
     days: dict[date, _DayPart] = {}
-    for job_id, created_at, *columns in _job_rows(job_ids):
-        day = created_at.astimezone(UTC).date()
+    for job_id, day, *counts, record, sections in _job_rows(job_ids):
         if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
             part = days[day] = _DayPart()
-        line, offset = part.writer.add(_record(columns, part, day).encode())
+        part.counts["jobs"] += 1
+        for key, count in zip(COUNTED, counts, strict=True):
+            part.counts[key] += count
+        if record is None:  # a row with a file: copied, and its record put together here
+            record = _record_with_files(sections, part, day)
+        line, offset = part.writer.add(record)
         part.records.append((job_id, line, offset))
     now = timezone.now()
     written = []
@@ -169,23 +173,16 @@ def jobs_archive(job_ids: list, number: int, *, run: ArchiveRun) -> list[Archive
     return written
 
 
-def _record(columns: list, part: _DayPart, day: date) -> str:
-    """One job's record, put together from its row's JSON texts (`_job_rows`: the job's, then
-    for each kind of child its count, whether one has a file and their JSON), counted in its
-    part."""
+def _record_with_files(sections: list, part: _DayPart, day: date) -> bytes:
+    """The record of a job with a stored file, put together from its sections' JSON texts
+    (`_job_rows`), as PostgreSQL puts the others together, with the files copied."""
     files = f"jobs/{day:%Y/%m/%d}/files"
-    has_files, job = columns[:2]
-    record = [f'{{"archive_format":{ARCHIVE_FORMAT},"job":']
-    record.append(_with_files(ExtractionJob, has_files, job, files, part.attachments))
-    part.counts["jobs"] += 1
-    for n, (key, model, _order) in enumerate(CHILDREN):
-        count, has_files, rows = columns[2 + 3 * n : 5 + 3 * n]
-        part.counts[key] += count
-        record += [f',"{key}":', _with_files(model, has_files, rows, files, part.attachments)]
-    count, summary = columns[-2:]
-    part.counts["deliveries"] += count
-    record += [',"deliveries":', summary, "}"]
-    return "".join(record)
+    record = [RECORD_START]
+    for (key, model, _json, _has_files), has_files, text in zip(
+        _sections(), sections[::2], sections[1::2], strict=True
+    ):
+        record += [_key(key), _with_files(model, has_files, text, files, part.attachments)]
+    return "".join([*record, "}"]).encode()
 
 
 # The index's fields taken from the job's row: what a purged job is found by and shown with.
@@ -217,14 +214,18 @@ def _index_insert_sql() -> str:
 
 def _job_rows(job_ids: list) -> Iterator[tuple]:
     """The jobs' rows (`_job_rows_sql`), in id order, streamed by `COPY` in binary (no escaping
-    to undo): PostgreSQL writes them while they are read."""
+    to undo): PostgreSQL writes them while they are read. Each: the job's id, creation day (in
+    UTC), its `COUNTED` children, its record, whole, unless a row of it has a stored file; then
+    its sections (`_sections`) as `sections`: for each whether a row has a file, and its JSON
+    if one of the record's does."""
     connection.ensure_connection()
     with (
         connection.connection.cursor() as cursor,
         cursor.copy(_job_rows_sql(), [array_literal(job_ids)] * (len(CHILDREN) + 2)) as copy,
     ):
         copy.set_types(_JOB_ROW_TYPES)
-        yield from copy.rows()
+        for row in copy.rows():
+            yield *row[:_SECTIONS_AT], row[_SECTIONS_AT:]
 
 
 def _has_files(model: type[models.Model], alias: str) -> str:
@@ -239,33 +240,57 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
 
 # PostgreSQL writes each row's JSON (`row_to_json`, and `array_to_json` for a job's children
 # in their order): every column, those added later included (the audit hashes, say), with no
-# per-column work here. Each kind of child is grouped by job on its own and joined to the job
-# by its id (merge joins: the rows stream out in id order). Its parameters: the jobs' ids, once
-# for each kind of child, the deliveries and the jobs.
-_JOB_ROW_TYPES = (
-    ["uuid", "timestamptz", "bool", "text"]
-    + ["int8", "bool", "text"] * len(CHILDREN)
-    + ["int8", "text"]
-)
+# per-column work here; and puts each record together, but where a row has a stored file (to
+# copy, and to name in the record: `_record_with_files`). Each kind of child is grouped by job
+# on its own and joined to the job by its id (merge joins: the rows stream out in id order).
+# Its parameters: the jobs' ids, once for each kind of child, the deliveries and the jobs.
+RECORD_START = f'{{"archive_format":{ARCHIVE_FORMAT}'
+COUNTED = (*(key for key, _model, _order in CHILDREN), "deliveries")
+_SECTIONS_AT = 2 + len(COUNTED) + 1
+_JOB_ROW_TYPES = [
+    *("text", "date"),
+    *("int8",) * len(COUNTED),
+    "bytea",
+    *("bool", "text") * (len(CHILDREN) + 2),
+]
+
+
+def _sections() -> list[tuple[str, type[models.Model] | None, str, str]]:
+    """The record's sections, in order: key, model (whose rows may have files), SQL of their
+    JSON and of whether one of their rows has a stored file."""
+    return [
+        ("job", ExtractionJob, "row_to_json(j)::text", _has_files(ExtractionJob, "j")),
+        *(
+            (key, model, f"coalesce({key}.rows, '[]')", f"coalesce({key}.has_files, false)")
+            for key, model, _order in CHILDREN
+        ),
+        ("deliveries", None, "coalesce(deliveries.summary, '{}')", "false"),
+    ]
 
 
 @functools.cache
 def _job_rows_sql() -> str:
     job = ExtractionJob._meta
-    children = [(key, _rows_sql(model, order)) for key, model, order in CHILDREN]
+    sections = _sections()
+    files = " OR ".join(has_files for _key, _model, _json, has_files in sections)
+    record = ", ".join(
+        [
+            _literal(RECORD_START),
+            *(f"{_literal(_key(key))}, {json}" for key, _model, json, _f in sections),
+            "'}'",
+        ]
+    )
     columns = [
-        f"j.{quote(job.pk.column)}",
-        f"j.{quote(job.get_field('created_at').column)}",
-        _has_files(ExtractionJob, "j"),
-        "row_to_json(j)::text",
+        f"j.{quote(job.pk.column)}::text",
+        f"(j.{quote(job.get_field('created_at').column)} AT TIME ZONE 'UTC')::date",
+        *(f"coalesce({key}.count, 0)" for key in COUNTED),
+        f"CASE WHEN {files} THEN NULL ELSE convert_to(concat({record}), 'UTF8') END",
         *(
-            f"coalesce({key}.{column}, {empty})"
-            for key, _sql in children
-            for column, empty in (("count", "0"), ("has_files", "false"), ("rows", "'[]'"))
+            f"{has_files}, CASE WHEN {files} THEN {json} END"
+            for _key, _model, json, has_files in sections
         ),
-        "coalesce(deliveries.count, 0)",
-        "coalesce(deliveries.summary, '{}')",
     ]
+    children = [(key, _rows_sql(model, order)) for key, model, order in CHILDREN]
     joins = [*children, ("deliveries", _deliveries_sql())]
     return (
         f"COPY (SELECT {', '.join(columns)} FROM {table(ExtractionJob)} j "
@@ -273,6 +298,15 @@ def _job_rows_sql() -> str:
         + f" WHERE j.{quote(job.pk.column)} = ANY(%s::uuid[]) ORDER BY j.{quote(job.pk.column)}"
         ") TO STDOUT (FORMAT BINARY)"
     )
+
+
+def _key(key: str) -> str:
+    """What comes before a section's JSON in a record."""
+    return f',"{key}":'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:

@@ -228,3 +228,41 @@ def test_outside_a_transaction_the_archive_is_written_beside_the_deletes(archive
         record = json.loads(archived_job_record(ArchivedJob.objects.get(pk=job.pk)))
         assert record["job"]["file_id"] == job.file_id
         assert len(record["status_changes"]) == 2 and len(record["events"]) == 2
+
+
+def test_a_record_without_files_is_put_together_as_one_with_files(archive):
+    """PostgreSQL puts together the records of jobs without a stored file, Python those with
+    one: the same document either way."""
+    with_file, without = finished_job("with-file"), finished_job("without")
+    ExtractionResult.objects.filter(job=without, attempt=2).delete()
+    assert jobs_purge(ids=[with_file.pk, without.pk]) == 2
+    lines = {
+        job.file_id: archived_job_record(ArchivedJob.objects.get(pk=job.pk))
+        for job in (with_file, without)
+    }
+    records = {file_id: json.loads(line) for file_id, line in lines.items()}
+    for record in records.values():
+        assert list(record) == [
+            "archive_format",
+            "job",
+            "status_changes",
+            "results",
+            "events",
+            "deliveries",
+        ]
+        assert record["archive_format"] == 2 and record["deliveries"]["delivered"]["count"] == 1
+    assert lines["without"].count(b"\n") == 1 and lines["without"].endswith(b"\n")
+    assert [len(records[f]["results"]) for f in ("with-file", "without")] == [2, 1]
+    assert records["without"]["job"]["id"] == str(without.pk)
+    assert set(records["without"]["job"]) == columns(ExtractionJob)
+    assert [set(row) for row in records["without"]["status_changes"]] == [
+        columns(JobStatusChange)
+    ] * 2
+    assert records["without"]["results"][0]["payload"] == {
+        "pages": [{"number": 1, "text": "Total: 10"}]
+    }
+    entry = ArchivedJob.objects.get(pk=without.pk)
+    counts = json.loads((archive / entry.manifest).read_bytes())["files"][0]
+    delivered = sum(state["count"] for state in records["without"]["deliveries"].values())
+    assert [counts[key] for key in ("jobs", "status_changes", "results", "events")] == [1, 2, 1, 2]
+    assert counts["deliveries"] == delivered
