@@ -115,16 +115,15 @@ def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
 def jobs_archive_started(
     *, job_ids: list, run: ArchiveRun, beside: bool
 ) -> Callable[[], list[ArchivedPart]]:
-    """Start archiving these jobs, as `PARTS_AT_ONCE` parts of `run` (`jobs_archive`: their
-    shares in id order); returns what waits for the parts (raising what one raised). `beside`:
-    each on a connection of its own, in a thread, so that they are written at once and the
-    caller's transaction goes on meanwhile (deleting the jobs' children, say: uncommitted until
-    the parts are confirmed). Call it once the jobs are locked: the records are read from
-    snapshots taken after. Not beside a transaction that encloses the caller's (a test's):
-    another connection could not see its rows."""
-    ids = sorted(job_ids)
-    size = -(-len(ids) // PARTS_AT_ONCE)
-    shares = [(ids[n : n + size], run.next_part()) for n in range(0, len(ids), size)]
+    """Start archiving these jobs (in id order), as `PARTS_AT_ONCE` parts of `run`
+    (`jobs_archive`: their shares in that order); returns what waits for the parts (raising what
+    one raised). `beside`: each on a connection of its own, in a thread, so that they are
+    written at once and the caller's transaction goes on meanwhile (deleting the jobs' children,
+    say: uncommitted until the parts are confirmed). Call it once the jobs are locked: the
+    records are read from snapshots taken after. Not beside a transaction that encloses the
+    caller's (a test's): another connection could not see its rows."""
+    size = -(-len(job_ids) // PARTS_AT_ONCE)
+    shares = [(job_ids[n : n + size], run.next_part()) for n in range(0, len(job_ids), size)]
     if not beside:
         parts = [part for share in shares for part in jobs_archive(*share, run=run)]
         return lambda: parts

@@ -53,6 +53,7 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
             purgeable_jobs()
             .filter(pk__in=any_of(ids, "uuid"))
             .select_for_update(skip_locked=True)
+            .order_by("pk")
             .values_list("pk", flat=True)
         )
         locked = any_of(doomed, "uuid")
