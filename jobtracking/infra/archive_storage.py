@@ -65,18 +65,18 @@ class LinesWriter:
         self.lines = 0
         self.size = 0  # of the members written: the next member's offset
 
-    def add(self, document: bytes) -> tuple[int, int]:
-        """Append one JSON document; returns its line number and its member's byte offset."""
-        self._member += (document, b"\n")
+    def add(self, document: bytes) -> None:
+        """Append one JSON document: as line `lines` (read before), in the member that starts
+        at byte `size`. (Nothing returned: no object made a line.)"""
+        self._member.append(document)
         self._member_bytes += len(document) + 1
-        line, offset = self.lines, self.size
         self.lines += 1
         if self._member_bytes >= MEMBER_BYTES:
             self._close_member()
-        return line, offset
 
     def _close_member(self) -> None:
-        member = zlib.compress(b"".join(self._member), COMPRESS_LEVEL, GZIP_WBITS)
+        lines = b"\n".join(self._member) + b"\n"
+        member = zlib.compress(lines, COMPRESS_LEVEL, GZIP_WBITS)
         self._spool.write(member)
         self._digest.update(member)
         self.size += len(member)

@@ -80,11 +80,22 @@ class ArchiveRun:
 
 
 @dataclass
+class _Records:
+    """Where each record is: its job's id, its line and its gzip member's byte offset. Three
+    lists, no object a record: the garbage collector's count of new objects, which a purge
+    would otherwise raise by thousands a chunk, sets off full collections of the process."""
+
+    job_ids: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+
+
+@dataclass
 class _DayPart:
     writer: LinesWriter = field(default_factory=LinesWriter)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     attachments: list[StoredFile] = field(default_factory=list)
-    records: list[tuple] = field(default_factory=list)  # (job id, line, byte offset)
+    records: _Records = field(default_factory=_Records)
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,7 @@ class ArchivedPart:
     path: str
     manifest: str
     archived_at: datetime
-    records: list[tuple]  # (job id, line, byte offset)
+    records: _Records
 
 
 def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
@@ -102,12 +113,12 @@ def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
     from its job's (`INDEXED`), so call it before the jobs are deleted."""
     with prepared_cursor() as cursor:
         for part in parts:
-            job_ids, lines, offsets = zip(*part.records, strict=True)
+            records = part.records
             cursor.execute(
                 _index_insert_sql(),
                 [
                     *(ARCHIVE_STORAGE, part.path, part.manifest, part.archived_at),
-                    *map(array_literal, (job_ids, lines, offsets)),
+                    *map(array_literal, (records.job_ids, records.lines, records.offsets)),
                 ],
             )
 
@@ -150,16 +161,20 @@ def jobs_archive(job_ids: list, number: int, *, run: ArchiveRun) -> list[Archive
     if connection.vendor != "postgresql":
         raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
     days: dict[date, _DayPart] = {}
-    for job_id, day, *counts, record, sections in _job_rows(job_ids):
+    for row in _job_rows(job_ids):  # (read by index: no object made for its parts)
+        day = row[1]
         if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
             part = days[day] = _DayPart()
         part.counts["jobs"] += 1
-        for key, count in zip(COUNTED, counts, strict=True):
-            part.counts[key] += count
-        if record is None:  # a row with a file: copied, and its record put together here
-            record = _record_with_files(sections, part, day)
-        line, offset = part.writer.add(record)
-        part.records.append((job_id, line, offset))
+        for n, key in enumerate(COUNTED, start=2):
+            part.counts[key] += row[n]
+        if (record := row[_RECORD_AT]) is None:  # a stored file: copied, the record put
+            record = _record_with_files(row[_RECORD_AT + 1 :], part, day)  # together here
+        records = part.records
+        records.job_ids.append(row[0])
+        records.lines.append(part.writer.lines)
+        records.offsets.append(part.writer.size)  # the offset of the member it goes in
+        part.writer.add(record)
     now = timezone.now()
     written = []
     for day, part in sorted(days.items()):
@@ -215,16 +230,15 @@ def _job_rows(job_ids: list) -> Iterator[tuple]:
     """The jobs' rows (`_job_rows_sql`), in id order, streamed by `COPY` in binary (no escaping
     to undo): PostgreSQL writes them while they are read. Each: the job's id, creation day (in
     UTC), its `COUNTED` children, its record, whole, unless a row of it has a stored file; then
-    its sections (`_sections`) as `sections`: for each whether a row has a file, and its JSON
-    if one of the record's does."""
+    its sections (`_sections`): for each whether a row has a file, and its JSON if one of the
+    record's does."""
     connection.ensure_connection()
     with (
         connection.connection.cursor() as cursor,
         cursor.copy(_job_rows_sql(), [array_literal(job_ids)] * (len(CHILDREN) + 2)) as copy,
     ):
         copy.set_types(_JOB_ROW_TYPES)
-        for row in copy.rows():
-            yield *row[:_SECTIONS_AT], row[_SECTIONS_AT:]
+        yield from copy.rows()
 
 
 def _has_files(model: type[models.Model], alias: str) -> str:
@@ -245,7 +259,7 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
 # Its parameters: the jobs' ids, once for each kind of child, the deliveries and the jobs.
 RECORD_START = f'{{"archive_format":{ARCHIVE_FORMAT}'
 COUNTED = (*(key for key, _model, _order in CHILDREN), "deliveries")
-_SECTIONS_AT = 2 + len(COUNTED) + 1
+_RECORD_AT = 2 + len(COUNTED)
 _JOB_ROW_TYPES = [
     *("text", "date"),
     *("int8",) * len(COUNTED),

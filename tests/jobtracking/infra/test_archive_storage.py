@@ -32,7 +32,10 @@ def records(count: int) -> list[tuple[str, bytes]]:
 def test_lines_are_gathered_into_members_each_record_read_from_its_own(archive):
     written = records(40)
     writer = LinesWriter()
-    places = [writer.add(document) for _job, document in written]
+    places = []
+    for _job, document in written:
+        places.append((writer.lines, writer.size))
+        writer.add(document)
     stored = writer.save("jobs/test.jsonl.gz")
 
     content = (archive / stored.path).read_bytes()
