@@ -201,6 +201,7 @@ def test_a_column_added_later_is_archived_with_no_code_change(archive):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("seeded_statuses")
 def test_outside_a_transaction_the_archive_is_written_beside_the_deletes(archive, monkeypatch):
     """On a connection of its own, in a thread, while the purge's transaction deletes the jobs'
     children: none of which commits unless the archive is confirmed."""
