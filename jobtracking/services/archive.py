@@ -11,10 +11,11 @@ so that a chunk's jobs are deleted as soon as their own files are confirmed, nev
 the rest of the day is written.
 
 PostgreSQL serialises each row whole (`row_to_json`), so a column added later (the audit
-hashes, say) is archived without a change here. One query gives a row per job, in id order, with
-the job's JSON and each kind of child aggregated to one JSON array; it is read through `COPY`, a
-stream, so that PostgreSQL writes the next rows while Python compresses these, and memory holds
-a few rows at a time. Each record is put together from those JSON texts as they are."""
+hashes, say) is archived without a change here. One query gives a row per job, in id order: its
+record, put together from the job's JSON and each kind of child's aggregated to one JSON array
+(by Python instead, from those texts as they are, for a job with a stored file to copy). It is
+read through `COPY`, a stream, so that PostgreSQL writes the next rows while Python compresses
+these, and memory holds a few rows at a time."""
 
 import functools
 import secrets
@@ -268,6 +269,7 @@ _JOB_ROW_TYPES = [
 ]
 
 
+@functools.cache
 def _sections() -> list[tuple[str, type[models.Model] | None, str, str]]:
     """The record's sections, in order: key, model (whose rows may have files), SQL of their
     JSON and of whether one of their rows has a stored file."""
