@@ -42,8 +42,8 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
     retention are deleted, and only once the archive's manifest has confirmed their record
     (`JOBS_ARCHIVE_BEFORE_PURGE`): an archive that fails raises, and deletes nothing. Returns
     the number of jobs deleted."""
-    # The archive is written beside this transaction, on a connection of its own, unless a
-    # transaction encloses this one (its rows would be invisible there).
+    # The archive is written beside this transaction, on connections of its own, unless a
+    # transaction encloses this one: another connection could not see that one's rows.
     beside = not connection.in_atomic_block
     with transaction.atomic():
         # Locked: a requeue (or any transition) racing this purge either got its row lock first,
