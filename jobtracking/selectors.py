@@ -20,7 +20,7 @@ from django_q.models import OrmQ, Schedule
 from django_q.utils import get_func_repr
 
 from jobtracking import batch_states, states
-from jobtracking.infra.archive_storage import read_line
+from jobtracking.infra.archive_storage import read_record
 from jobtracking.infra.queue import KIND_ORDER, task_kind
 from jobtracking.models import (
     SHORT_ID,
@@ -113,7 +113,7 @@ def archived_job_search(entries: QuerySet[ArchivedJob], term: str) -> QuerySet[A
 
 def archived_job_record(entry: ArchivedJob) -> bytes:
     """The purged job's archived record: one JSON document, read from its place in the archive."""
-    return read_line(entry.storage, entry.path, entry.offset)
+    return read_record(entry.storage, entry.path, entry.offset, entry.job_id)
 
 
 def event_list(*, user: AbstractBaseUser, settle: timedelta) -> QuerySet[JobEvent]:

@@ -1,7 +1,8 @@
 """The archive's files in the "archive" Django storage (`STORAGES`): gzip-compressed JSON Lines,
-one gzip member per line so that one record is read back from its byte offset without
-decompressing the file before it (`gzip` and `zcat` still read the file whole), and the
-read-back check that lets a purge trust a file before it deletes anything on its word."""
+a gzip member per group of lines (about `MEMBER_BYTES` of them) so that one record is read back
+from its member's byte offset without decompressing the file before it (`gzip` and `zcat` still
+read the file whole), and the read-back check that lets a purge trust a file before it deletes
+anything on its word."""
 
 import hashlib
 import tempfile
@@ -20,17 +21,14 @@ ARCHIVE_STORAGE = "archive"
 SPOOL_MAX_BYTES = 8 * 1024 * 1024
 # zlib's fastest level: JSON still shrinks several times over, and the purge is not slowed.
 COMPRESS_LEVEL = 1
+# A member closes once its lines reach this size: reading one record back inflates at most about
+# this much, and zlib's setup for each member (its window and hash table), which for a member of
+# one record cost more than compressing it, is paid once for a few dozen records (and matches
+# across records make the file about a third of the size).
+MEMBER_BYTES = 64 * 1024
 READ_CHUNK = 64 * 1024
 # zlib's window bits for a gzip member (header and trailer around the deflate stream).
 GZIP_WBITS = 31
-
-
-def _member_wbits(size: int) -> int:
-    """A gzip member's window bits for `size` bytes: the smallest window that holds them all
-    (so no match is lost), at most zlib's 32 KiB. zlib sets up and clears the window and its
-    hash table for each member, which for a record of a few KiB in the largest window costs more
-    than compressing it; a gzip member does not record its window, and any reader inflates it."""
-    return GZIP_WBITS - 15 + min(15, max(9, size.bit_length()))
 
 
 class ArchiveError(Exception):
@@ -54,30 +52,41 @@ def stored_sha256(path: str, storage: Storage | None = None) -> str:
 
 
 class LinesWriter:
-    """One archive file being written: each `add` appends a line as its own gzip member to a
-    spooled temporary file (memory stays bounded whatever the part's size), hashing as it goes."""
+    """One archive file being written: lines are gathered into gzip members of about
+    `MEMBER_BYTES`, each appended to a spooled temporary file (memory stays bounded whatever the
+    part's size) and hashed as it goes."""
 
     def __init__(self) -> None:
         # Closed by `save`, which stores it: the file outlives this call.
         self._spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MAX_BYTES)  # noqa: SIM115
         self._digest = hashlib.sha256()
+        self._member: list[bytes] = []
+        self._member_bytes = 0
         self.lines = 0
-        self.size = 0
+        self.size = 0  # of the members written: the next member's offset
 
-    def add(self, document: bytes) -> tuple[int, int]:
-        """Append one JSON document; returns its line number and its member's byte offset."""
-        line = document + b"\n"
-        deflate = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, _member_wbits(len(line)))
-        member = deflate.compress(line) + deflate.flush()
+    def add(self, document: bytes) -> None:
+        """Append one JSON document: as line `lines` (read before), in the member that starts
+        at byte `size`. (Nothing returned: no object made a line.)"""
+        self._member.append(document)
+        self._member_bytes += len(document) + 1
+        self.lines += 1
+        if self._member_bytes >= MEMBER_BYTES:
+            self._close_member()
+
+    def _close_member(self) -> None:
+        lines = b"\n".join(self._member) + b"\n"
+        member = zlib.compress(lines, COMPRESS_LEVEL, GZIP_WBITS)
         self._spool.write(member)
         self._digest.update(member)
-        line, offset = self.lines, self.size
-        self.lines, self.size = self.lines + 1, self.size + len(member)
-        return line, offset
+        self.size += len(member)
+        self._member, self._member_bytes = [], 0
 
     def save(self, path: str) -> StoredFile:
         """Store the file at `path` (or the free name the storage gives), read it back and check
         its SHA-256. Raises ArchiveError when the stored bytes differ."""
+        if self._member:
+            self._close_member()
         storage = archive_storage()
         self._spool.seek(0)
         with self._spool:
@@ -110,8 +119,10 @@ def _checked(saved: str, expected: str, size: int) -> StoredFile:
     return StoredFile(saved, expected, size)
 
 
-def read_line(storage_name: str, path: str, offset: int) -> bytes:
-    """One archived line (a JSON document): its gzip member, from `offset` to its end."""
+def read_record(storage_name: str, path: str, offset: int, job_id) -> bytes:
+    """A job's archived record (one JSON document, a line): the line of the gzip member at
+    `offset` whose job it is (an archive of format 1 has one line a member). Raises
+    ArchiveError when that member holds no record of the job."""
     inflater = zlib.decompressobj(wbits=GZIP_WBITS)
     parts = []
     with storages[storage_name].open(path, "rb") as stored:
@@ -119,5 +130,8 @@ def read_line(storage_name: str, path: str, offset: int) -> bytes:
         while not inflater.eof and (chunk := stored.read(READ_CHUNK)):
             parts.append(inflater.decompress(chunk))
     if not inflater.eof:
-        raise ArchiveError(f"{path} ends inside the record at byte {offset}")
-    return b"".join(parts)
+        raise ArchiveError(f"{path} ends inside the member at byte {offset}")
+    for line in b"".join(parts).splitlines(keepends=True):
+        if orjson.loads(line)["job"]["id"] == str(job_id):
+            return line
+    raise ArchiveError(f"{path}: the member at byte {offset} holds no record of job {job_id}")

@@ -5,22 +5,25 @@ its results and their files, its events and a summary of its deliveries) is writ
 Layout (docs/archive.md): `jobs/YYYY/MM/DD/<run>-<part>.jsonl.gz` plus its
 `<run>-<part>.manifest.json`, by the job's creation day: ids are UUIDv7 and the purge walks them
 in order, so one chunk of the purge lands in one day (or two) and a day's files sit together;
-and a job's id alone says which folder holds it. A run's day is written in parts, one per chunk
-of the purge, each with its own manifest, so that a chunk's jobs are deleted as soon as their own
-file is confirmed, never held until the rest of the day is written.
+and a job's id alone says which folder holds it. A run's day is written in parts, each with its
+own manifest: a chunk of the purge is `PARTS_AT_ONCE` of them (its jobs shared in id order),
+so that a chunk's jobs are deleted as soon as their own files are confirmed, never held until
+the rest of the day is written.
 
 PostgreSQL serialises each row whole (`row_to_json`), so a column added later (the audit
-hashes, say) is archived without a change here. The jobs, and each kind of child aggregated to
-one JSON array per job, are read in job id order through server-side cursors and merged, a few
-hundred rows in memory at a time; each record is put together from their JSON texts as they
-are."""
+hashes, say) is archived without a change here. One query gives a row per job, in id order: its
+record, put together from the job's JSON and each kind of child's aggregated to one JSON array
+(by Python instead, from those texts as they are, for a job with a stored file to copy). It is
+read through `COPY`, a stream, so that PostgreSQL writes the next rows while Python compresses
+these, and memory holds a few rows at a time."""
 
 import functools
 import secrets
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 
 import orjson
 from django.core.files.storage import storages
@@ -50,8 +53,11 @@ from jobtracking.models import (
     WebhookDelivery,
 )
 
-ARCHIVE_FORMAT = 1
-STREAM_ROWS = 500
+ARCHIVE_FORMAT = 2
+# A chunk's records are written as this many parts at once, each on a connection of its own
+# (`jobs_archive_started`): PostgreSQL writing their rows' JSON, most of an archive's cost, runs
+# on as many cores.
+PARTS_AT_ONCE = 2
 # Each job's children: key in the record, model, order within the job.
 CHILDREN = (
     ("status_changes", JobStatusChange, ("changed_at", "id")),
@@ -62,12 +68,27 @@ CHILDREN = (
 
 @dataclass
 class ArchiveRun:
-    """One purge run: its id names its files; each chunk is one more part."""
+    """One purge run: its id names its files, numbered by part."""
 
     id: str = field(
         default_factory=lambda: f"{timezone.now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     )
     parts: int = 0
+
+    def next_part(self) -> int:
+        self.parts += 1
+        return self.parts
+
+
+@dataclass
+class _Records:
+    """Where each record is: its job's id, its line and its gzip member's byte offset. Three
+    lists, no object a record: the garbage collector's count of new objects, which a purge
+    would otherwise raise by thousands a chunk, sets off full collections of the process."""
+
+    job_ids: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -75,7 +96,7 @@ class _DayPart:
     writer: LinesWriter = field(default_factory=LinesWriter)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     attachments: list[StoredFile] = field(default_factory=list)
-    records: list[tuple] = field(default_factory=list)  # (job id, line, byte offset)
+    records: _Records = field(default_factory=_Records)
 
 
 @dataclass(frozen=True)
@@ -85,7 +106,7 @@ class ArchivedPart:
     path: str
     manifest: str
     archived_at: datetime
-    records: list[tuple]  # (job id, line, byte offset)
+    records: _Records
 
 
 def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
@@ -93,72 +114,90 @@ def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
     from its job's (`INDEXED`), so call it before the jobs are deleted."""
     with prepared_cursor() as cursor:
         for part in parts:
-            job_ids, lines, offsets = zip(*part.records, strict=True)
+            records = part.records
             cursor.execute(
                 _index_insert_sql(),
                 [
                     *(ARCHIVE_STORAGE, part.path, part.manifest, part.archived_at),
-                    *map(array_literal, (job_ids, lines, offsets)),
+                    *map(array_literal, (records.job_ids, records.lines, records.offsets)),
                 ],
             )
 
 
-def jobs_archive(*, job_ids: list, run: ArchiveRun) -> list[ArchivedPart]:
-    """Write these jobs' records, one file and one manifest per creation day, each read back and
-    checked (`ArchiveError` otherwise: then nothing may be deleted). Returns the parts, for the
-    index (`archived_jobs_insert`): the caller writes it in the transaction that deletes the
-    jobs, so the index lists exactly the purged jobs. Call it with the jobs locked, so the
-    record is what is deleted."""
+def jobs_archive_started(
+    *, job_ids: list, run: ArchiveRun, beside: bool
+) -> Callable[[], list[ArchivedPart]]:
+    """Start archiving these jobs (in id order), as `PARTS_AT_ONCE` parts of `run`
+    (`jobs_archive`: their shares in that order); returns what waits for the parts (raising what
+    one raised). `beside`: each on a connection of its own, in a thread, so that they are
+    written at once and the caller's transaction goes on meanwhile (deleting the jobs' children,
+    say: uncommitted until the parts are confirmed). Call it once the jobs are locked: the
+    records are read from snapshots taken after. Not beside a transaction that encloses the
+    caller's (a test's): another connection could not see its rows."""
+    size = -(-len(job_ids) // PARTS_AT_ONCE)
+    shares = [(job_ids[n : n + size], run.next_part()) for n in range(0, len(job_ids), size)]
+    if not beside:
+        parts = [part for share in shares for part in jobs_archive(*share, run=run)]
+        return lambda: parts
+    pool = ThreadPoolExecutor(max_workers=len(shares), thread_name_prefix="archive")
+    started = [pool.submit(_archive_on_own_connection, *share, run) for share in shares]
+    pool.shutdown(wait=False)  # its threads end with these tasks
+    return lambda: [part for share in started for part in share.result()]
+
+
+def _archive_on_own_connection(job_ids: list, number: int, run: ArchiveRun) -> list[ArchivedPart]:
+    """In a thread: its connection (Django's are per thread), closed once done."""
+    try:
+        return jobs_archive(job_ids, number, run=run)
+    finally:
+        connection.close()
+
+
+def jobs_archive(job_ids: list, number: int, *, run: ArchiveRun) -> list[ArchivedPart]:
+    """Write these jobs' records as part `number` of `run`: one file and one manifest per
+    creation day, each read back and checked (`ArchiveError` otherwise: then nothing may be
+    deleted). Returns the parts, for the index (`archived_jobs_insert`): the caller writes it in
+    the transaction that deletes the jobs, so the index lists exactly the purged jobs. Call it
+    with the jobs locked, so the record is what is deleted."""
     if connection.vendor != "postgresql":
         raise ArchiveError("The archive needs PostgreSQL (set JOBS_ARCHIVE_BEFORE_PURGE=0).")
-    run.parts += 1
     days: dict[date, _DayPart] = {}
-    ids = [array_literal(job_ids)]
-    with _Streams() as streams:
-        jobs = streams.open(_job_rows_sql(), ids)
-        children = {
-            key: _PerJob(streams.open(_rows_sql(model, order), ids))
-            for key, model, order in CHILDREN
-        }
-        deliveries = _PerJob(streams.open(_deliveries_sql(), ids))
-        for job_id, created_at, has_files, job_json in jobs:
-            day = created_at.astimezone(UTC).date()
-            if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
-                part = days[day] = _DayPart()
-            record = _record(job_id, (has_files, job_json), children, deliveries, part, day)
-            line, offset = part.writer.add(record.encode())
-            part.records.append((job_id, line, offset))
+    for row in _job_rows(job_ids):  # (read by index: no object made for its parts)
+        day = row[1]
+        if (part := days.get(day)) is None:  # (a part opens a spooled file: once a day)
+            part = days[day] = _DayPart()
+        part.counts["jobs"] += 1
+        for n, key in enumerate(COUNTED, start=2):
+            part.counts[key] += row[n]
+        if (record := row[_RECORD_AT]) is None:  # a stored file: copied, the record put
+            record = _record_with_files(row[_RECORD_AT + 1 :], part, day)  # together here
+        records = part.records
+        records.job_ids.append(row[0])
+        records.lines.append(part.writer.lines)
+        records.offsets.append(part.writer.size)  # the offset of the member it goes in
+        part.writer.add(record)
     now = timezone.now()
     written = []
     for day, part in sorted(days.items()):
-        name = f"jobs/{day:%Y/%m/%d}/{run.id}-{run.parts:05d}"
+        name = f"jobs/{day:%Y/%m/%d}/{run.id}-{number:05d}"
         stored = part.writer.save(f"{name}.jsonl.gz")
-        manifest = save_json(f"{name}.manifest.json", _manifest(run, day, stored, part, now))
+        manifest = save_json(
+            f"{name}.manifest.json", _manifest(run, number, day, stored, part, now)
+        )
         written.append(ArchivedPart(stored.path, manifest.path, now, part.records))
     return written
 
 
-def _record(
-    job_id,
-    job_row: tuple[bool, str],
-    children: dict[str, "_PerJob"],
-    deliveries: "_PerJob",
-    part: _DayPart,
-    day: date,
-) -> str:
-    """One job's record, put together from its rows' JSON texts, counted in its part."""
+def _record_with_files(sections: list, part: _DayPart, day: date) -> bytes:
+    """The record of a job with a stored file, put together from its sections' JSON texts
+    (`_job_rows`), as PostgreSQL puts the others together, with the files copied."""
     files = f"jobs/{day:%Y/%m/%d}/files"
-    record = [f'{{"archive_format":{ARCHIVE_FORMAT},"job":']
-    record.append(_with_files(ExtractionJob, *job_row, files, part.attachments))
-    part.counts["jobs"] += 1
-    for key, model, _order in CHILDREN:
-        count, has_files, rows = children[key].get(job_id) or (0, False, "[]")
-        part.counts[key] += count
-        record += [f',"{key}":', _with_files(model, has_files, rows, files, part.attachments)]
-    count, summary = deliveries.get(job_id) or (0, "{}")
-    part.counts["deliveries"] += count
-    record += [',"deliveries":', summary, "}"]
-    return "".join(record)
+    record = [RECORD_START]
+    for (key, model, _json, _has_files), has_files, text in zip(
+        _sections(), sections[::2], sections[1::2], strict=True
+    ):
+        record += [_key(key), _with_files(model, has_files, text, files, part.attachments)]
+    return "".join([*record, "}"]).encode()
 
 
 # The index's fields taken from the job's row: what a purged job is found by and shown with.
@@ -188,42 +227,19 @@ def _index_insert_sql() -> str:
     )
 
 
-class _Streams:
-    """Server-side cursors on the connection, in its transaction: each query's rows arrive a
-    few hundred at a time, whatever the chunk's size."""
-
-    def __enter__(self) -> "_Streams":
-        with connection.cursor() as cursor:
-            # Each query is read to its end: plan for all its rows, not the first tenth (a
-            # cursor's default would walk a whole index in job order rather than look ids up).
-            cursor.execute("SET LOCAL cursor_tuple_fraction = 1.0")
-        self._cursors = []
-        return self
-
-    def open(self, sql: str, params: list) -> Iterator[tuple]:
-        cursor = connection.connection.cursor(name=f"archive_{len(self._cursors)}")
-        cursor.itersize = STREAM_ROWS
-        self._cursors.append(cursor)
-        cursor.execute(sql, params)
-        return iter(cursor)
-
-    def __exit__(self, *exc_info) -> None:
-        for cursor in self._cursors:
-            cursor.close()
-
-
-class _PerJob:
-    """One row per job, ordered by job id (the first column), looked up in the same order."""
-
-    def __init__(self, rows: Iterator[tuple]) -> None:
-        self._rows = rows
-        self._next = next(self._rows, None)
-
-    def get(self, job_id) -> tuple | None:
-        if self._next is None or self._next[0] != job_id:
-            return None
-        found, self._next = self._next[1:], next(self._rows, None)
-        return found
+def _job_rows(job_ids: list) -> Iterator[tuple]:
+    """The jobs' rows (`_job_rows_sql`), in id order, streamed by `COPY` in binary (no escaping
+    to undo): PostgreSQL writes them while they are read. Each: the job's id, creation day (in
+    UTC), its `COUNTED` children, its record, whole, unless a row of it has a stored file; then
+    its sections (`_sections`): for each whether a row has a file, and its JSON if one of the
+    record's does."""
+    connection.ensure_connection()
+    with (
+        connection.connection.cursor() as cursor,
+        cursor.copy(_job_rows_sql(), [array_literal(job_ids)] * (len(CHILDREN) + 2)) as copy,
+    ):
+        copy.set_types(_JOB_ROW_TYPES)
+        yield from copy.rows()
 
 
 def _has_files(model: type[models.Model], alias: str) -> str:
@@ -238,24 +254,85 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
 
 # PostgreSQL writes each row's JSON (`row_to_json`, and `array_to_json` for a job's children
 # in their order): every column, those added later included (the audit hashes, say), with no
-# per-column work here.
+# per-column work here; and puts each record together, but where a row has a stored file (to
+# copy, and to name in the record: `_record_with_files`). Each kind of child is grouped by job
+# on its own and joined to the job by its id (merge joins: the rows stream out in id order).
+# Its parameters: the jobs' ids, once for each kind of child, the deliveries and the jobs.
+RECORD_START = f'{{"archive_format":{ARCHIVE_FORMAT}'
+COUNTED = (*(key for key, _model, _order in CHILDREN), "deliveries")
+_RECORD_AT = 2 + len(COUNTED)
+_JOB_ROW_TYPES = [
+    *("text", "date"),
+    *("int8",) * len(COUNTED),
+    "bytea",
+    *("bool", "text") * (len(CHILDREN) + 2),
+]
+
+
+@functools.cache
+def _sections() -> list[tuple[str, type[models.Model] | None, str, str]]:
+    """The record's sections, in order: key, model (whose rows may have files), SQL of their
+    JSON and of whether one of their rows has a stored file."""
+    return [
+        ("job", ExtractionJob, "row_to_json(j)::text", _has_files(ExtractionJob, "j")),
+        *(
+            (key, model, f"coalesce({key}.rows, '[]')", f"coalesce({key}.has_files, false)")
+            for key, model, _order in CHILDREN
+        ),
+        ("deliveries", None, "coalesce(deliveries.summary, '{}')", "false"),
+    ]
+
+
+@functools.cache
 def _job_rows_sql() -> str:
     job = ExtractionJob._meta
-    return (
-        f"SELECT j.{quote(job.pk.column)}, j.{quote(job.get_field('created_at').column)}, "
-        f"{_has_files(ExtractionJob, 'j')}, row_to_json(j)::text "
-        f"FROM {table(ExtractionJob)} j WHERE j.id = ANY(%s::uuid[]) ORDER BY j.id"
+    sections = _sections()
+    files = " OR ".join(has_files for _key, _model, _json, has_files in sections)
+    record = ", ".join(
+        [
+            _literal(RECORD_START),
+            *(f"{_literal(_key(key))}, {json}" for key, _model, json, _f in sections),
+            "'}'",
+        ]
     )
+    columns = [
+        f"j.{quote(job.pk.column)}::text",
+        f"(j.{quote(job.get_field('created_at').column)} AT TIME ZONE 'UTC')::date",
+        *(f"coalesce({key}.count, 0)" for key in COUNTED),
+        f"CASE WHEN {files} THEN NULL ELSE convert_to(concat({record}), 'UTF8') END",
+        *(
+            f"{has_files}, CASE WHEN {files} THEN {json} END"
+            for _key, _model, json, has_files in sections
+        ),
+    ]
+    children = [(key, _rows_sql(model, order)) for key, model, order in CHILDREN]
+    joins = [*children, ("deliveries", _deliveries_sql())]
+    return (
+        f"COPY (SELECT {', '.join(columns)} FROM {table(ExtractionJob)} j "
+        + " ".join(f"LEFT JOIN ({sql}) {key} ON {key}.job_id = j.id" for key, sql in joins)
+        + f" WHERE j.{quote(job.pk.column)} = ANY(%s::uuid[]) ORDER BY j.{quote(job.pk.column)}"
+        ") TO STDOUT (FORMAT BINARY)"
+    )
+
+
+def _key(key: str) -> str:
+    """What comes before a section's JSON in a record."""
+    return f',"{key}":'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
     job = quote(model._meta.get_field("job").column)
     ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
     return (
-        f"SELECT c.{job}, count(*), bool_or({_has_files(model, 'c')}), "
+        f"SELECT c.{job} AS job_id, count(*) AS count, "
+        f"bool_or({_has_files(model, 'c')}) AS has_files, "
         # array_to_json, not json_agg, which puts line breaks between elements.
-        f"array_to_json(array_agg(c ORDER BY {ordering}))::text FROM {table(model)} c "
-        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job} ORDER BY c.{job}"
+        f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows FROM {table(model)} c "
+        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job}"
     )
 
 
@@ -264,13 +341,13 @@ def _deliveries_sql() -> str:
     event = quote(WebhookDelivery._meta.get_field("event").column)
     job = quote(JobEvent._meta.get_field("job").column)
     return (
-        "SELECT job_id, sum(count)::bigint, jsonb_object_agg(state, jsonb_build_object("
+        "SELECT job_id, sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
-        "FROM "
+        "AS summary FROM "
         f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
         f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id ORDER BY job_id"
+        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id"
     )
 
 
@@ -295,11 +372,13 @@ def _with_files(
     return orjson.dumps(values).decode()
 
 
-def _manifest(run: ArchiveRun, day: date, stored: StoredFile, part: _DayPart, now: datetime):
+def _manifest(
+    run: ArchiveRun, number: int, day: date, stored: StoredFile, part: _DayPart, now: datetime
+):
     return {
         "archive_format": ARCHIVE_FORMAT,
         "run": run.id,
-        "part": run.parts,
+        "part": number,
         "day": day.isoformat(),
         "written_at": now,
         "storage": ARCHIVE_STORAGE,

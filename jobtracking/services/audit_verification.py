@@ -32,7 +32,7 @@ from jobtracking.audit import (
     digest,
     merkle_root,
 )
-from jobtracking.infra.archive_storage import read_line
+from jobtracking.infra.archive_storage import ArchiveError, read_record
 from jobtracking.infra.signing import signature_valid
 from jobtracking.models import ArchivedJob, AuditCheckpoint, ExtractionJob, JobStatusChange
 
@@ -262,7 +262,11 @@ def _archived_heads(missing: set[str], checkpoints: list[AuditCheckpoint]) -> No
             if head in missing:
                 signed[job_id].add(head)
     for entry in ArchivedJob.objects.filter(job_id__in=list(signed)).iterator():
-        record = orjson.loads(read_line(entry.storage, entry.path, entry.offset))
+        try:
+            line = read_record(entry.storage, entry.path, entry.offset, entry.job_id)
+        except ArchiveError:  # no record of the job where its index row says: it stays missing
+            continue
+        record = orjson.loads(line)
         archived = {change.get("hash") for change in record.get("status_changes") or ()}
         missing -= signed[str(entry.job_id)] & archived
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.files.storage import default_storage
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -23,7 +23,7 @@ from jobtracking.models import (
     JobStatusChange,
     WebhookDelivery,
 )
-from jobtracking.services.archive import ArchiveRun, archived_jobs_insert, jobs_archive
+from jobtracking.services.archive import ArchiveRun, archived_jobs_insert, jobs_archive_started
 
 
 def purgeable_jobs() -> QuerySet[ExtractionJob]:
@@ -42,6 +42,9 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
     retention are deleted, and only once the archive's manifest has confirmed their record
     (`JOBS_ARCHIVE_BEFORE_PURGE`): an archive that fails raises, and deletes nothing. Returns
     the number of jobs deleted."""
+    # The archive is written beside this transaction, on connections of its own, unless a
+    # transaction encloses this one: another connection could not see that one's rows.
+    beside = not connection.in_atomic_block
     with transaction.atomic():
         # Locked: a requeue (or any transition) racing this purge either got its row lock first,
         # and the job is skipped, or waits for this transaction and finds the job gone. Never
@@ -50,13 +53,17 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
             purgeable_jobs()
             .filter(pk__in=any_of(ids, "uuid"))
             .select_for_update(skip_locked=True)
+            .order_by("pk")
             .values_list("pk", flat=True)
         )
         locked = any_of(doomed, "uuid")
         # Under the row locks: the record archived is the job deleted. What waits meanwhile
-        # is only a requeue of a job past retention, for one chunk's write.
+        # is only a requeue of a job past retention, for one chunk's write. Its children are
+        # deleted while the archive is written: nothing of that commits before the archive's
+        # parts are confirmed (an archive that fails rolls it all back).
+        archived = None
         if settings.JOBS_ARCHIVE_BEFORE_PURGE and doomed:
-            archived_jobs_insert(jobs_archive(job_ids=doomed, run=run or ArchiveRun()))
+            archived = jobs_archive_started(job_ids=doomed, run=run or ArchiveRun(), beside=beside)
         files = list(
             ExtractionJob.objects.filter(pk__in=locked)
             .exclude(upload="")
@@ -77,6 +84,8 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
                 "batch_id", flat=True
             )
         )
+        if archived:  # the index takes its fields from the jobs' rows: before they go
+            archived_jobs_insert(archived())
         # The same predicate again at the moment of the DELETE.
         deleted = _delete_rows(purgeable_jobs().filter(pk__in=locked))
         _batches_purge(batches)

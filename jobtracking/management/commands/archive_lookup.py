@@ -24,8 +24,8 @@ class Command(BaseCommand):
                 f"Job {entry.job_id} (file {entry.file_id}, {entry.status}, created "
                 f"{entry.created_at:%Y-%m-%d %H:%M} UTC) was archived at "
                 f"{entry.archived_at:%Y-%m-%d %H:%M:%S} UTC to storage {entry.storage!r}: "
-                f"{entry.path}, line {entry.line} (byte {entry.offset}), confirmed by "
-                f"{entry.manifest}."
+                f"{entry.path}, line {entry.line} (its gzip member at byte {entry.offset}), "
+                f"confirmed by {entry.manifest}."
             )
             if options["record"]:
                 self.stdout.write(archived_job_record(entry).decode().rstrip("\n"))

@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import io
 import json
+import threading
 import uuid
 
 import pytest
@@ -25,6 +26,7 @@ from jobtracking.models import (
 )
 from jobtracking.selectors import archived_job_record, archived_job_search
 from jobtracking.services import SYSTEM, job_cancel
+from jobtracking.services import archive as archive_module
 from jobtracking.services.archive import ArchiveRun
 from jobtracking.services.retention import jobs_purge
 from tests.factories import (
@@ -103,22 +105,25 @@ def test_a_file_that_reads_back_wrong_deletes_nothing(archive, monkeypatch):
     assert not ArchivedJob.objects.exists()
 
 
-def test_one_run_writes_a_part_per_chunk_and_day(archive):
-    jobs = [finished_job(f"file-{n}") for n in range(3)]
+def test_one_run_writes_parts_per_chunk_and_day(archive):
+    jobs = [finished_job(f"file-{n}") for n in range(4)]
     run = ArchiveRun()
-    assert jobs_purge(ids=[jobs[0].pk, jobs[1].pk], run=run) == 2
-    assert jobs_purge(ids=[jobs[2].pk], run=run) == 1
+    assert jobs_purge(ids=[job.pk for job in jobs[:3]], run=run) == 3
+    assert jobs_purge(ids=[jobs[3].pk], run=run) == 1
     entries = ArchivedJob.objects.order_by("job_id")
-    assert [(e.line, e.offset > 0) for e in entries] == [(0, False), (1, True), (0, False)]
+    # A chunk is two parts, its jobs shared in id order; a part's small records share a member.
+    assert [(e.line, e.offset) for e in entries] == [(0, 0), (1, 0), (0, 0), (0, 0)]
     assert [e.path.rsplit("/", 1)[1] for e in entries] == [
         f"{run.id}-00001.jsonl.gz",
         f"{run.id}-00001.jsonl.gz",
         f"{run.id}-00002.jsonl.gz",
+        f"{run.id}-00003.jsonl.gz",
     ]
     assert [json.loads(archived_job_record(e))["job"]["file_id"] for e in entries] == [
         "file-0",
         "file-1",
         "file-2",
+        "file-3",
     ]
 
 
@@ -131,7 +136,7 @@ def test_archive_lookup_says_when_and_where_by_job_or_file(archive):
         call_command("archive_lookup", term, "--record", stdout=out)
         said, record = out.getvalue().splitlines()
         assert said.startswith(f"Job {job.pk} (file grant-9/report.pdf, cancelled, created ")
-        assert f"to storage 'archive': {entry.path}, line 0 (byte 0)" in said
+        assert f"to storage 'archive': {entry.path}, line 0 (its gzip member at byte 0)" in said
         assert json.loads(record)["job"]["id"] == str(job.pk)
     with pytest.raises(CommandError, match="No archived job"):
         call_command("archive_lookup", "no-such-file", stdout=io.StringIO())
@@ -193,3 +198,72 @@ def test_a_column_added_later_is_archived_with_no_code_change(archive):
     assert jobs_purge(ids=[job.pk]) == 1
     record = json.loads(archived_job_record(ArchivedJob.objects.get(pk=job.pk)))
     assert [row["row_hash"] for row in record["status_changes"]] == ["\\x0102ff"] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("seeded_statuses")
+def test_outside_a_transaction_the_archive_is_written_beside_the_deletes(archive, monkeypatch):
+    """On a connection of its own, in a thread, while the purge's transaction deletes the jobs'
+    children: none of which commits unless the archive is confirmed."""
+    jobs = [finished_job(f"beside-{n}") for n in range(2)]
+    threads = []
+    written = archive_module.jobs_archive
+
+    def jobs_archive(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return written(*args, **kwargs)
+
+    monkeypatch.setattr(archive_module, "jobs_archive", jobs_archive)
+    monkeypatch.setattr(archive_storage, "stored_sha256", lambda *args: "0" * 64)
+    with pytest.raises(archive_storage.ArchiveError):
+        jobs_purge(ids=[job.pk for job in jobs])
+    assert threads and threading.main_thread() not in threads
+    assert ExtractionJob.objects.count() == 2 and not ArchivedJob.objects.exists()
+    assert JobStatusChange.objects.filter(job__in=jobs).count() == 4
+    assert JobEvent.objects.filter(job__in=jobs).count() == 4
+
+    monkeypatch.undo()
+    assert jobs_purge(ids=[job.pk for job in jobs]) == 2
+    assert not ExtractionJob.objects.exists()
+    for job in jobs:
+        record = json.loads(archived_job_record(ArchivedJob.objects.get(pk=job.pk)))
+        assert record["job"]["file_id"] == job.file_id
+        assert len(record["status_changes"]) == 2 and len(record["events"]) == 2
+
+
+def test_a_record_without_files_is_put_together_as_one_with_files(archive):
+    """PostgreSQL puts together the records of jobs without a stored file, Python those with
+    one: the same document either way."""
+    with_file, without = finished_job("with-file"), finished_job("without")
+    ExtractionResult.objects.filter(job=without, attempt=2).delete()
+    assert jobs_purge(ids=[with_file.pk, without.pk]) == 2
+    lines = {
+        job.file_id: archived_job_record(ArchivedJob.objects.get(pk=job.pk))
+        for job in (with_file, without)
+    }
+    records = {file_id: json.loads(line) for file_id, line in lines.items()}
+    for record in records.values():
+        assert list(record) == [
+            "archive_format",
+            "job",
+            "status_changes",
+            "results",
+            "events",
+            "deliveries",
+        ]
+        assert record["archive_format"] == 2 and record["deliveries"]["delivered"]["count"] == 1
+    assert lines["without"].count(b"\n") == 1 and lines["without"].endswith(b"\n")
+    assert [len(records[f]["results"]) for f in ("with-file", "without")] == [2, 1]
+    assert records["without"]["job"]["id"] == str(without.pk)
+    assert set(records["without"]["job"]) == columns(ExtractionJob)
+    assert [set(row) for row in records["without"]["status_changes"]] == [
+        columns(JobStatusChange)
+    ] * 2
+    assert records["without"]["results"][0]["payload"] == {
+        "pages": [{"number": 1, "text": "Total: 10"}]
+    }
+    entry = ArchivedJob.objects.get(pk=without.pk)
+    counts = json.loads((archive / entry.manifest).read_bytes())["files"][0]
+    delivered = sum(state["count"] for state in records["without"]["deliveries"].values())
+    assert [counts[key] for key in ("jobs", "status_changes", "results", "events")] == [1, 2, 1, 2]
+    assert counts["deliveries"] == delivered
