@@ -68,16 +68,39 @@ CHILDREN = (
 
 @dataclass
 class ArchiveRun:
-    """One purge run: its id names its files, numbered by part."""
+    """One purge run: its id names its files, numbered by part. Its parts written beside the
+    purge (`jobs_archive_started`) are written by a thread each, kept, with its connection, for
+    the whole run, not opened a chunk (about 10 ms a part): `close` it, or use it as a context
+    manager."""
 
     id: str = field(
         default_factory=lambda: f"{timezone.now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     )
     parts: int = 0
+    writers: list[ThreadPoolExecutor] = field(default_factory=list, repr=False)
 
     def next_part(self) -> int:
         self.parts += 1
         return self.parts
+
+    def writer(self, n: int) -> ThreadPoolExecutor:
+        """The `n`th writer: one thread, so one connection of its own."""
+        while len(self.writers) <= n:
+            self.writers.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive"))
+        return self.writers[n]
+
+    def close(self) -> None:
+        """Its writers' connections closed and their threads ended."""
+        for writer in self.writers:
+            writer.submit(_connection_close)
+            writer.shutdown()
+        self.writers.clear()
+
+    def __enter__(self) -> "ArchiveRun":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
 
 @dataclass
@@ -109,9 +132,28 @@ class ArchivedPart:
     records: _Records
 
 
-def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
+def jobs_delete_indexed(jobs: models.QuerySet) -> tuple[int, str]:
+    """Delete these jobs in one statement (their dependants deleted first), keeping what the
+    index takes from them (`INDEXED`), for `archived_jobs_insert`: so they are deleted while
+    the parts are still being written. Returns how many, and their fields as one JSON array
+    (one text, no object a job)."""
+    job = ExtractionJob._meta
+    pk = quote(job.pk.column)
+    kept = ", ".join([pk, *(quote(job.get_field(name).column) for name in INDEXED.values())])
+    subquery, params = jobs.values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH gone AS (DELETE FROM {table(ExtractionJob)} WHERE {pk} IN ({subquery}) "
+            f"RETURNING {kept}) SELECT count(*), coalesce(json_agg(gone), '[]')::text FROM gone",
+            params,
+        )
+        return cursor.fetchone()
+
+
+def archived_jobs_insert(parts: list[ArchivedPart], jobs: str) -> None:
     """The index rows of these parts' jobs, one statement a part: the rest of each row is taken
-    from its job's (`INDEXED`), so call it before the jobs are deleted."""
+    from `jobs`, the deleted jobs' fields (`jobs_delete_indexed`). A job not among them (not
+    deleted) is not indexed."""
     with prepared_cursor() as cursor:
         for part in parts:
             records = part.records
@@ -120,6 +162,7 @@ def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
                 [
                     *(ARCHIVE_STORAGE, part.path, part.manifest, part.archived_at),
                     *map(array_literal, (records.job_ids, records.lines, records.offsets)),
+                    jobs,
                 ],
             )
 
@@ -129,8 +172,8 @@ def jobs_archive_started(
 ) -> Callable[[], list[ArchivedPart]]:
     """Start archiving these jobs (in id order), as `PARTS_AT_ONCE` parts of `run`
     (`jobs_archive`: their shares in that order); returns what waits for the parts (raising what
-    one raised). `beside`: each on a connection of its own, in a thread, so that they are
-    written at once and the caller's transaction goes on meanwhile (deleting the jobs' children,
+    one raised). `beside`: each on a connection of its own, in one of the run's threads, so that
+    they are written at once and the caller's transaction goes on meanwhile (deleting the jobs,
     say: uncommitted until the parts are confirmed). Call it once the jobs are locked: the
     records are read from snapshots taken after. Not beside a transaction that encloses the
     caller's (a test's): another connection could not see its rows."""
@@ -139,18 +182,26 @@ def jobs_archive_started(
     if not beside:
         parts = [part for share in shares for part in jobs_archive(*share, run=run)]
         return lambda: parts
-    pool = ThreadPoolExecutor(max_workers=len(shares), thread_name_prefix="archive")
-    started = [pool.submit(_archive_on_own_connection, *share, run) for share in shares]
-    pool.shutdown(wait=False)  # its threads end with these tasks
+    started = [
+        run.writer(n).submit(_archive_beside, *share, run) for n, share in enumerate(shares)
+    ]
     return lambda: [part for share in started for part in share.result()]
 
 
-def _archive_on_own_connection(job_ids: list, number: int, run: ArchiveRun) -> list[ArchivedPart]:
-    """In a thread: its connection (Django's are per thread), closed once done."""
+def _archive_beside(job_ids: list, number: int, run: ArchiveRun) -> list[ArchivedPart]:
+    """In a writer's thread, on its connection (Django's are per thread), kept for the next
+    chunk unless an error may have left it broken."""
     try:
         return jobs_archive(job_ids, number, run=run)
-    finally:
+    except BaseException:
         connection.close()
+        raise
+
+
+def _connection_close() -> None:
+    """In a writer's thread: `connection` is this thread's (`connection.close`, taken in
+    another thread, would be that one's)."""
+    connection.close()
 
 
 def jobs_archive(job_ids: list, number: int, *, run: ArchiveRun) -> list[ArchivedPart]:
@@ -213,7 +264,8 @@ INDEXED = {
 
 @functools.cache
 def _index_insert_sql() -> str:
-    """Parameters: storage, path, manifest, archived at; arrays of job ids, lines, offsets."""
+    """Parameters: storage, path, manifest, archived at; arrays of job ids, lines, offsets; the
+    jobs' fields as JSON (`jobs_delete_indexed`)."""
     index, job = ArchivedJob._meta, ExtractionJob._meta
     own = [quote(index.get_field(name).column) for name in INDEXED]
     taken = [f"j.{quote(job.get_field(name).column)}" for name in INDEXED.values()]
@@ -223,7 +275,8 @@ def _index_insert_sql() -> str:
         f"{', '.join(quote(index.get_field(name).column) for name in given)}) "
         f"SELECT {', '.join(taken)}, %s, %s, %s, %s, r.job_id, r.line, r.byte "
         "FROM unnest(%s::uuid[], %s::int[], %s::bigint[]) AS r(job_id, line, byte) "
-        f"JOIN {table(ExtractionJob)} j ON j.{quote(job.pk.column)} = r.job_id"
+        f"JOIN json_populate_recordset(NULL::{table(ExtractionJob)}, %s::json) j "
+        f"ON j.{quote(job.pk.column)} = r.job_id"
     )
 
 
