@@ -182,9 +182,7 @@ def jobs_archive_started(
     if not beside:
         parts = [part for share in shares for part in jobs_archive(*share, run=run)]
         return lambda: parts
-    started = [
-        run.writer(n).submit(_archive_beside, *share, run) for n, share in enumerate(shares)
-    ]
+    started = [run.writer(n).submit(_archive_beside, *share, run) for n, share in enumerate(shares)]
     return lambda: [part for share in started for part in share.result()]
 
 
@@ -289,7 +287,7 @@ def _job_rows(job_ids: list) -> Iterator[tuple]:
     connection.ensure_connection()
     with (
         connection.connection.cursor() as cursor,
-        cursor.copy(_job_rows_sql(), [array_literal(job_ids)] * (len(CHILDREN) + 2)) as copy,
+        cursor.copy(_job_rows_sql(), [array_literal(job_ids)]) as copy,
     ):
         copy.set_types(_JOB_ROW_TYPES)
         yield from copy.rows()
@@ -309,8 +307,9 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
 # in their order): every column, those added later included (the audit hashes, say), with no
 # per-column work here; and puts each record together, but where a row has a stored file (to
 # copy, and to name in the record: `_record_with_files`). Each kind of child is grouped by job
-# on its own and joined to the job by its id (merge joins: the rows stream out in id order).
-# Its parameters: the jobs' ids, once for each kind of child, the deliveries and the jobs.
+# by a subquery of its own, run for each job in turn (`LATERAL`, by its index on the job): the
+# first rows stream out at once, where grouping every job's children first (merge joins) had
+# PostgreSQL read and sort them all before the first row. Its parameter: the jobs' ids.
 RECORD_START = f'{{"archive_format":{ARCHIVE_FORMAT}'
 COUNTED = (*(key for key, _model, _order in CHILDREN), "deliveries")
 _RECORD_AT = 2 + len(COUNTED)
@@ -339,6 +338,7 @@ def _sections() -> list[tuple[str, type[models.Model] | None, str, str]]:
 @functools.cache
 def _job_rows_sql() -> str:
     job = ExtractionJob._meta
+    pk = quote(job.pk.column)
     sections = _sections()
     files = " OR ".join(has_files for _key, _model, _json, has_files in sections)
     record = ", ".join(
@@ -349,7 +349,7 @@ def _job_rows_sql() -> str:
         ]
     )
     columns = [
-        f"j.{quote(job.pk.column)}::text",
+        f"j.{pk}::text",
         f"(j.{quote(job.get_field('created_at').column)} AT TIME ZONE 'UTC')::date",
         *(f"coalesce({key}.count, 0)" for key in COUNTED),
         f"CASE WHEN {files} THEN NULL ELSE convert_to(concat({record}), 'UTF8') END",
@@ -361,10 +361,11 @@ def _job_rows_sql() -> str:
     children = [(key, _rows_sql(model, order)) for key, model, order in CHILDREN]
     joins = [*children, ("deliveries", _deliveries_sql())]
     return (
-        f"COPY (SELECT {', '.join(columns)} FROM {table(ExtractionJob)} j "
-        + " ".join(f"LEFT JOIN ({sql}) {key} ON {key}.job_id = j.id" for key, sql in joins)
-        + f" WHERE j.{quote(job.pk.column)} = ANY(%s::uuid[]) ORDER BY j.{quote(job.pk.column)}"
-        ") TO STDOUT (FORMAT BINARY)"
+        # The jobs ordered before the joins, which keep their order: no sort of the records.
+        f"COPY (SELECT {', '.join(columns)} FROM (SELECT * FROM {table(ExtractionJob)} "
+        f"WHERE {pk} = ANY(%s::uuid[]) ORDER BY {pk}) j "
+        + " ".join(f"LEFT JOIN LATERAL ({sql}) {key} ON true" for key, sql in joins)
+        + f" ORDER BY j.{pk}) TO STDOUT (FORMAT BINARY)"
     )
 
 
@@ -381,11 +382,10 @@ def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
     job = quote(model._meta.get_field("job").column)
     ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
     return (
-        f"SELECT c.{job} AS job_id, count(*) AS count, "
-        f"bool_or({_has_files(model, 'c')}) AS has_files, "
+        f"SELECT count(*) AS count, bool_or({_has_files(model, 'c')}) AS has_files, "
         # array_to_json, not json_agg, which puts line breaks between elements.
         f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows FROM {table(model)} c "
-        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job}"
+        f"WHERE c.{job} = j.id"
     )
 
 
@@ -394,13 +394,13 @@ def _deliveries_sql() -> str:
     event = quote(WebhookDelivery._meta.get_field("event").column)
     job = quote(JobEvent._meta.get_field("job").column)
     return (
-        "SELECT job_id, sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
+        "SELECT sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
         "AS summary FROM "
-        f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
+        "(SELECT d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
         f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id"
+        f"WHERE e.{job} = j.id GROUP BY d.state) s"
     )
 
 
