@@ -674,9 +674,10 @@ def reap_stuck_jobs() -> dict[str, int]:
 def purge_expired_jobs() -> int:
     """Scheduled daily: archive, then delete, jobs past retention, a batch at a time (one
     archive run)."""
-    purged, run = 0, ArchiveRun()
-    while ids := list(purgeable_jobs().order_by("pk").values_list("pk", flat=True)[:1000]):
-        purged += jobs_purge(ids=ids, run=run)
+    purged = 0
+    with ArchiveRun() as run:
+        while ids := list(purgeable_jobs().order_by("pk").values_list("pk", flat=True)[:1000]):
+            purged += jobs_purge(ids=ids, run=run)
     return purged
 
 

@@ -68,16 +68,39 @@ CHILDREN = (
 
 @dataclass
 class ArchiveRun:
-    """One purge run: its id names its files, numbered by part."""
+    """One purge run: its id names its files, numbered by part. Its parts written beside the
+    purge (`jobs_archive_started`) are written by a thread each, kept, with its connection, for
+    the whole run, not opened a chunk (about 10 ms a part): `close` it, or use it as a context
+    manager."""
 
     id: str = field(
         default_factory=lambda: f"{timezone.now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     )
     parts: int = 0
+    writers: list[ThreadPoolExecutor] = field(default_factory=list, repr=False)
 
     def next_part(self) -> int:
         self.parts += 1
         return self.parts
+
+    def writer(self, n: int) -> ThreadPoolExecutor:
+        """The `n`th writer: one thread, so one connection of its own."""
+        while len(self.writers) <= n:
+            self.writers.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive"))
+        return self.writers[n]
+
+    def close(self) -> None:
+        """Its writers' connections closed and their threads ended."""
+        for writer in self.writers:
+            writer.submit(_connection_close)
+            writer.shutdown()
+        self.writers.clear()
+
+    def __enter__(self) -> "ArchiveRun":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
 
 @dataclass
@@ -109,9 +132,28 @@ class ArchivedPart:
     records: _Records
 
 
-def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
+def jobs_delete_indexed(jobs: models.QuerySet) -> tuple[int, str]:
+    """Delete these jobs in one statement (their dependants deleted first), keeping what the
+    index takes from them (`INDEXED`), for `archived_jobs_insert`: so they are deleted while
+    the parts are still being written. Returns how many, and their fields as one JSON array
+    (one text, no object a job)."""
+    job = ExtractionJob._meta
+    pk = quote(job.pk.column)
+    kept = ", ".join([pk, *(quote(job.get_field(name).column) for name in INDEXED.values())])
+    subquery, params = jobs.values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH gone AS (DELETE FROM {table(ExtractionJob)} WHERE {pk} IN ({subquery}) "
+            f"RETURNING {kept}) SELECT count(*), coalesce(json_agg(gone), '[]')::text FROM gone",
+            params,
+        )
+        return cursor.fetchone()
+
+
+def archived_jobs_insert(parts: list[ArchivedPart], jobs: str) -> None:
     """The index rows of these parts' jobs, one statement a part: the rest of each row is taken
-    from its job's (`INDEXED`), so call it before the jobs are deleted."""
+    from `jobs`, the deleted jobs' fields (`jobs_delete_indexed`). A job not among them (not
+    deleted) is not indexed."""
     with prepared_cursor() as cursor:
         for part in parts:
             records = part.records
@@ -120,6 +162,7 @@ def archived_jobs_insert(parts: list[ArchivedPart]) -> None:
                 [
                     *(ARCHIVE_STORAGE, part.path, part.manifest, part.archived_at),
                     *map(array_literal, (records.job_ids, records.lines, records.offsets)),
+                    jobs,
                 ],
             )
 
@@ -129,8 +172,8 @@ def jobs_archive_started(
 ) -> Callable[[], list[ArchivedPart]]:
     """Start archiving these jobs (in id order), as `PARTS_AT_ONCE` parts of `run`
     (`jobs_archive`: their shares in that order); returns what waits for the parts (raising what
-    one raised). `beside`: each on a connection of its own, in a thread, so that they are
-    written at once and the caller's transaction goes on meanwhile (deleting the jobs' children,
+    one raised). `beside`: each on a connection of its own, in one of the run's threads, so that
+    they are written at once and the caller's transaction goes on meanwhile (deleting the jobs,
     say: uncommitted until the parts are confirmed). Call it once the jobs are locked: the
     records are read from snapshots taken after. Not beside a transaction that encloses the
     caller's (a test's): another connection could not see its rows."""
@@ -139,18 +182,24 @@ def jobs_archive_started(
     if not beside:
         parts = [part for share in shares for part in jobs_archive(*share, run=run)]
         return lambda: parts
-    pool = ThreadPoolExecutor(max_workers=len(shares), thread_name_prefix="archive")
-    started = [pool.submit(_archive_on_own_connection, *share, run) for share in shares]
-    pool.shutdown(wait=False)  # its threads end with these tasks
+    started = [run.writer(n).submit(_archive_beside, *share, run) for n, share in enumerate(shares)]
     return lambda: [part for share in started for part in share.result()]
 
 
-def _archive_on_own_connection(job_ids: list, number: int, run: ArchiveRun) -> list[ArchivedPart]:
-    """In a thread: its connection (Django's are per thread), closed once done."""
+def _archive_beside(job_ids: list, number: int, run: ArchiveRun) -> list[ArchivedPart]:
+    """In a writer's thread, on its connection (Django's are per thread), kept for the next
+    chunk unless an error may have left it broken."""
     try:
         return jobs_archive(job_ids, number, run=run)
-    finally:
+    except BaseException:
         connection.close()
+        raise
+
+
+def _connection_close() -> None:
+    """In a writer's thread: `connection` is this thread's (`connection.close`, taken in
+    another thread, would be that one's)."""
+    connection.close()
 
 
 def jobs_archive(job_ids: list, number: int, *, run: ArchiveRun) -> list[ArchivedPart]:
@@ -213,7 +262,8 @@ INDEXED = {
 
 @functools.cache
 def _index_insert_sql() -> str:
-    """Parameters: storage, path, manifest, archived at; arrays of job ids, lines, offsets."""
+    """Parameters: storage, path, manifest, archived at; arrays of job ids, lines, offsets; the
+    jobs' fields as JSON (`jobs_delete_indexed`)."""
     index, job = ArchivedJob._meta, ExtractionJob._meta
     own = [quote(index.get_field(name).column) for name in INDEXED]
     taken = [f"j.{quote(job.get_field(name).column)}" for name in INDEXED.values()]
@@ -223,7 +273,8 @@ def _index_insert_sql() -> str:
         f"{', '.join(quote(index.get_field(name).column) for name in given)}) "
         f"SELECT {', '.join(taken)}, %s, %s, %s, %s, r.job_id, r.line, r.byte "
         "FROM unnest(%s::uuid[], %s::int[], %s::bigint[]) AS r(job_id, line, byte) "
-        f"JOIN {table(ExtractionJob)} j ON j.{quote(job.pk.column)} = r.job_id"
+        f"JOIN json_populate_recordset(NULL::{table(ExtractionJob)}, %s::json) j "
+        f"ON j.{quote(job.pk.column)} = r.job_id"
     )
 
 
@@ -236,7 +287,7 @@ def _job_rows(job_ids: list) -> Iterator[tuple]:
     connection.ensure_connection()
     with (
         connection.connection.cursor() as cursor,
-        cursor.copy(_job_rows_sql(), [array_literal(job_ids)] * (len(CHILDREN) + 2)) as copy,
+        cursor.copy(_job_rows_sql(), [array_literal(job_ids)]) as copy,
     ):
         copy.set_types(_JOB_ROW_TYPES)
         yield from copy.rows()
@@ -256,8 +307,9 @@ def _file_fields(model: type[models.Model]) -> list[models.FileField]:
 # in their order): every column, those added later included (the audit hashes, say), with no
 # per-column work here; and puts each record together, but where a row has a stored file (to
 # copy, and to name in the record: `_record_with_files`). Each kind of child is grouped by job
-# on its own and joined to the job by its id (merge joins: the rows stream out in id order).
-# Its parameters: the jobs' ids, once for each kind of child, the deliveries and the jobs.
+# by a subquery of its own, run for each job in turn (`LATERAL`, by its index on the job): the
+# first rows stream out at once, where grouping every job's children first (merge joins) had
+# PostgreSQL read and sort them all before the first row. Its parameter: the jobs' ids.
 RECORD_START = f'{{"archive_format":{ARCHIVE_FORMAT}'
 COUNTED = (*(key for key, _model, _order in CHILDREN), "deliveries")
 _RECORD_AT = 2 + len(COUNTED)
@@ -286,6 +338,7 @@ def _sections() -> list[tuple[str, type[models.Model] | None, str, str]]:
 @functools.cache
 def _job_rows_sql() -> str:
     job = ExtractionJob._meta
+    pk = quote(job.pk.column)
     sections = _sections()
     files = " OR ".join(has_files for _key, _model, _json, has_files in sections)
     record = ", ".join(
@@ -296,7 +349,7 @@ def _job_rows_sql() -> str:
         ]
     )
     columns = [
-        f"j.{quote(job.pk.column)}::text",
+        f"j.{pk}::text",
         f"(j.{quote(job.get_field('created_at').column)} AT TIME ZONE 'UTC')::date",
         *(f"coalesce({key}.count, 0)" for key in COUNTED),
         f"CASE WHEN {files} THEN NULL ELSE convert_to(concat({record}), 'UTF8') END",
@@ -308,10 +361,11 @@ def _job_rows_sql() -> str:
     children = [(key, _rows_sql(model, order)) for key, model, order in CHILDREN]
     joins = [*children, ("deliveries", _deliveries_sql())]
     return (
-        f"COPY (SELECT {', '.join(columns)} FROM {table(ExtractionJob)} j "
-        + " ".join(f"LEFT JOIN ({sql}) {key} ON {key}.job_id = j.id" for key, sql in joins)
-        + f" WHERE j.{quote(job.pk.column)} = ANY(%s::uuid[]) ORDER BY j.{quote(job.pk.column)}"
-        ") TO STDOUT (FORMAT BINARY)"
+        # The jobs ordered before the joins, which keep their order: no sort of the records.
+        f"COPY (SELECT {', '.join(columns)} FROM (SELECT * FROM {table(ExtractionJob)} "
+        f"WHERE {pk} = ANY(%s::uuid[]) ORDER BY {pk}) j "
+        + " ".join(f"LEFT JOIN LATERAL ({sql}) {key} ON true" for key, sql in joins)
+        + f" ORDER BY j.{pk}) TO STDOUT (FORMAT BINARY)"
     )
 
 
@@ -328,11 +382,10 @@ def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
     job = quote(model._meta.get_field("job").column)
     ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
     return (
-        f"SELECT c.{job} AS job_id, count(*) AS count, "
-        f"bool_or({_has_files(model, 'c')}) AS has_files, "
+        f"SELECT count(*) AS count, bool_or({_has_files(model, 'c')}) AS has_files, "
         # array_to_json, not json_agg, which puts line breaks between elements.
         f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows FROM {table(model)} c "
-        f"WHERE c.{job} = ANY(%s::uuid[]) GROUP BY c.{job}"
+        f"WHERE c.{job} = j.id"
     )
 
 
@@ -341,13 +394,13 @@ def _deliveries_sql() -> str:
     event = quote(WebhookDelivery._meta.get_field("event").column)
     job = quote(JobEvent._meta.get_field("job").column)
     return (
-        "SELECT job_id, sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
+        "SELECT sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
         "AS summary FROM "
-        f"(SELECT e.{job} AS job_id, d.state, count(*) AS count, sum(d.attempts) AS attempts, "
+        "(SELECT d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
         f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = ANY(%s::uuid[]) GROUP BY 1, 2) s GROUP BY job_id"
+        f"WHERE e.{job} = j.id GROUP BY d.state) s"
     )
 
 

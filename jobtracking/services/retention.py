@@ -23,7 +23,12 @@ from jobtracking.models import (
     JobStatusChange,
     WebhookDelivery,
 )
-from jobtracking.services.archive import ArchiveRun, archived_jobs_insert, jobs_archive_started
+from jobtracking.services.archive import (
+    ArchiveRun,
+    archived_jobs_insert,
+    jobs_archive_started,
+    jobs_delete_indexed,
+)
 
 
 def purgeable_jobs() -> QuerySet[ExtractionJob]:
@@ -42,6 +47,9 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
     retention are deleted, and only once the archive's manifest has confirmed their record
     (`JOBS_ARCHIVE_BEFORE_PURGE`): an archive that fails raises, and deletes nothing. Returns
     the number of jobs deleted."""
+    if run is None:
+        with ArchiveRun() as run:
+            return jobs_purge(ids=ids, run=run)
     # The archive is written beside this transaction, on connections of its own, unless a
     # transaction encloses this one: another connection could not see that one's rows.
     beside = not connection.in_atomic_block
@@ -58,12 +66,12 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
         )
         locked = any_of(doomed, "uuid")
         # Under the row locks: the record archived is the job deleted. What waits meanwhile
-        # is only a requeue of a job past retention, for one chunk's write. Its children are
-        # deleted while the archive is written: nothing of that commits before the archive's
-        # parts are confirmed (an archive that fails rolls it all back).
+        # is only a requeue of a job past retention, for one chunk's write. The jobs are deleted
+        # while the archive is written: nothing of that commits before the archive's parts are
+        # confirmed (an archive that fails rolls it all back).
         archived = None
         if settings.JOBS_ARCHIVE_BEFORE_PURGE and doomed:
-            archived = jobs_archive_started(job_ids=doomed, run=run or ArchiveRun(), beside=beside)
+            archived = jobs_archive_started(job_ids=doomed, run=run, beside=beside)
         files = list(
             ExtractionJob.objects.filter(pk__in=locked)
             .exclude(upload="")
@@ -84,11 +92,15 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
                 "batch_id", flat=True
             )
         )
-        if archived:  # the index takes its fields from the jobs' rows: before they go
-            archived_jobs_insert(archived())
         # The same predicate again at the moment of the DELETE.
-        deleted = _delete_rows(purgeable_jobs().filter(pk__in=locked))
+        jobs = purgeable_jobs().filter(pk__in=locked)
+        if archived:  # what the index takes from the jobs, kept as they go
+            deleted, indexed = jobs_delete_indexed(jobs)
+        else:
+            deleted = _delete_rows(jobs)
         _batches_purge(batches)
+        if archived:  # the parts waited for only now, with all but the index done
+            archived_jobs_insert(archived(), indexed)
         transaction.on_commit(lambda: [default_storage.delete(name) for name in files])
     return deleted
 

@@ -37,9 +37,10 @@ class Command(BaseCommand):
         purged, run = 0, ArchiveRun()
         progress = Progress(self, total, "purged")
         try:
-            for ids in batches(jobs, options["batch_size"], options["limit"]):
-                purged += jobs_purge(ids=ids, run=run)
-                progress.advance(len(ids))
+            with run:  # its writers' threads and connections kept for the run, then closed
+                for ids in batches(jobs, options["batch_size"], options["limit"]):
+                    purged += jobs_purge(ids=ids, run=run)
+                    progress.advance(len(ids))
         finally:
             progress.close()
             if settings.JOBS_ARCHIVE_BEFORE_PURGE:

@@ -27,6 +27,7 @@ from jobtracking.models import (
 from jobtracking.selectors import archived_job_record, archived_job_search
 from jobtracking.services import SYSTEM, job_cancel
 from jobtracking.services import archive as archive_module
+from jobtracking.services import retention as retention_module
 from jobtracking.services.archive import ArchiveRun
 from jobtracking.services.retention import jobs_purge
 from tests.factories import (
@@ -229,6 +230,39 @@ def test_outside_a_transaction_the_archive_is_written_beside_the_deletes(archive
         record = json.loads(archived_job_record(ArchivedJob.objects.get(pk=job.pk)))
         assert record["job"]["file_id"] == job.file_id
         assert len(record["status_changes"]) == 2 and len(record["events"]) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("seeded_statuses")
+def test_a_run_keeps_its_writers_and_deletes_the_jobs_before_the_wait(archive, monkeypatch):
+    """Chunk after chunk, a run's parts are written by the same threads on the same
+    connections, which its end closes; and the jobs are deleted while the parts are written."""
+    jobs = [finished_job(f"kept-{n}") for n in range(4)]
+    writers, deleted = [], threading.Event()
+    written, delete = archive_module.jobs_archive, retention_module.jobs_delete_indexed
+
+    def jobs_archive(*args, **kwargs):
+        assert deleted.wait(timeout=10)  # not waited for before the jobs' delete
+        connection.ensure_connection()
+        writers.append((threading.current_thread(), connection.connection))
+        return written(*args, **kwargs)
+
+    def jobs_delete_indexed(jobs):
+        gone = delete(jobs)
+        deleted.set()
+        return gone
+
+    monkeypatch.setattr(archive_module, "jobs_archive", jobs_archive)
+    monkeypatch.setattr(retention_module, "jobs_delete_indexed", jobs_delete_indexed)
+    with ArchiveRun() as run:
+        assert jobs_purge(ids=[job.pk for job in jobs[:2]], run=run) == 2
+        deleted.clear()
+        assert jobs_purge(ids=[job.pk for job in jobs[2:]], run=run) == 2
+    assert len(set(writers)) == 2 and set(writers[:2]) == set(writers[2:])
+    assert not any(thread.is_alive() or not kept.closed for thread, kept in writers)
+    assert sorted(ArchivedJob.objects.values_list("file_id", flat=True)) == [
+        f"kept-{n}" for n in range(4)
+    ]
 
 
 def test_a_record_without_files_is_put_together_as_one_with_files(archive):
