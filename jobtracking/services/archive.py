@@ -151,20 +151,27 @@ def jobs_delete_indexed(jobs: models.QuerySet) -> tuple[int, str]:
 
 
 def archived_jobs_insert(parts: list[ArchivedPart], jobs: str) -> None:
-    """The index rows of these parts' jobs, one statement a part: the rest of each row is taken
-    from `jobs`, the deleted jobs' fields (`jobs_delete_indexed`). A job not among them (not
-    deleted) is not indexed."""
+    """The index rows of these parts' jobs, in one statement (PostgreSQL reads `jobs` once):
+    the rest of each row is taken from `jobs`, the deleted jobs' fields
+    (`jobs_delete_indexed`). A job not among them (not deleted) is not indexed."""
+    if not parts:
+        return
+    records = [part.records for part in parts]
+    of_part = [n for n, part in enumerate(records, 1) for _ in part.job_ids]
     with prepared_cursor() as cursor:
-        for part in parts:
-            records = part.records
-            cursor.execute(
-                _index_insert_sql(),
-                [
-                    *(ARCHIVE_STORAGE, part.path, part.manifest, part.archived_at),
-                    *map(array_literal, (records.job_ids, records.lines, records.offsets)),
-                    jobs,
-                ],
-            )
+        cursor.execute(
+            _index_insert_sql(),
+            [
+                ARCHIVE_STORAGE,
+                *(array_literal(getattr(part, name) for part in parts) for name in PART_FIELDS),
+                array_literal(of_part),
+                *(
+                    array_literal(value for part in records for value in getattr(part, name))
+                    for name in ("job_ids", "lines", "offsets")
+                ),
+                jobs,
+            ],
+        )
 
 
 def jobs_archive_started(
@@ -260,19 +267,26 @@ INDEXED = {
 }
 
 
+# A part's own fields in the index, each the same for every job of the part.
+PART_FIELDS = ("path", "manifest", "archived_at")
+
+
 @functools.cache
 def _index_insert_sql() -> str:
-    """Parameters: storage, path, manifest, archived at; arrays of job ids, lines, offsets; the
-    jobs' fields as JSON (`jobs_delete_indexed`)."""
+    """Parameters: storage; arrays of the parts' paths, manifests and times; arrays of each
+    record's part (from 1), job id, line and offset; the jobs' fields as JSON
+    (`jobs_delete_indexed`)."""
     index, job = ArchivedJob._meta, ExtractionJob._meta
     own = [quote(index.get_field(name).column) for name in INDEXED]
     taken = [f"j.{quote(job.get_field(name).column)}" for name in INDEXED.values()]
-    given = ("storage", "path", "manifest", "archived_at", "job_id", "line", "offset")
+    given = ("storage", *PART_FIELDS, "job_id", "line", "offset")
     return (
         f"INSERT INTO {table(ArchivedJob)} ({', '.join(own)}, "
         f"{', '.join(quote(index.get_field(name).column) for name in given)}) "
-        f"SELECT {', '.join(taken)}, %s, %s, %s, %s, r.job_id, r.line, r.byte "
-        "FROM unnest(%s::uuid[], %s::int[], %s::bigint[]) AS r(job_id, line, byte) "
+        f"SELECT {', '.join(taken)}, %s, (%s::text[])[r.part], (%s::text[])[r.part], "
+        "(%s::timestamptz[])[r.part], r.job_id, r.line, r.byte "
+        "FROM unnest(%s::int[], %s::uuid[], %s::int[], %s::bigint[]) "
+        "AS r(part, job_id, line, byte) "
         f"JOIN json_populate_recordset(NULL::{table(ExtractionJob)}, %s::json) j "
         f"ON j.{quote(job.pk.column)} = r.job_id"
     )
