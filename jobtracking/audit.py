@@ -7,6 +7,7 @@ knows the previous hash without a read. A checkpoint commits to the heads of the
 moved (a Merkle root over them) and to the checkpoint before it, and is signed."""
 
 import datetime
+import functools
 import hashlib
 import json
 from typing import Any
@@ -50,6 +51,12 @@ def _moment(value: datetime.datetime | str) -> str:
     with `MOMENT_SQL`)."""
     if isinstance(value, str):
         return value
+    return _utc_text(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _utc_text(value: datetime.datetime) -> str:
+    # Remembered: a batch's rows share one moment (equal moments in any zone are one key).
     return value.astimezone(datetime.UTC).strftime(MOMENT_FORMAT)
 
 
