@@ -141,9 +141,6 @@ class Transport:
         except (HTTPError, OSError, ValueError, requests.RequestException) as error:
             raise TransportError(type(error).__name__) from None
 
-    def close(self) -> None:
-        self._adapter.close()
-
 
 def _origin(url: str) -> tuple[str, str]:
     """What requests' routing depends on in a URL: its scheme (the proxy variable it names) and
