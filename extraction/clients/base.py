@@ -259,13 +259,13 @@ class ExtractorClient(ABC):
         except TransportError as error:
             raise TransientExtractorError(f"{where}: connection failed ({error})") from None
         try:
-            body = redact_bytes(self._read_bounded(raw, where), self.config.api_key)
+            answer = redact_bytes(self._read_bounded(raw, where), self.config.api_key)
         finally:
             # Read to its end, its connection is back in the pool already; else it is closed
             # first, so that no call reads what is left of this answer.
             raw.close()
             raw.release_conn()
-        response = Response(raw.status, raw.headers, body, self.config.api_key)
+        response = Response(raw.status, raw.headers, answer, self.config.api_key)
         response.raise_for_status(where, missing_is_lost=missing_is_lost)
         return response
 

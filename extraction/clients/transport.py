@@ -77,11 +77,11 @@ class Transport:
         """requests' reading of the environment for `url`'s scheme and host (`proxies`,
         `verify`), as a session trusting the environment would read it: once for each."""
         key = _origin(url)
-        if key not in self._settings:
-            self._settings[key] = requests.Session().merge_environment_settings(
-                url, {}, None, None, None
-            )
-        return self._settings[key]
+        settings = self._settings.get(key)
+        if settings is None:
+            settings = requests.Session().merge_environment_settings(url, {}, None, None, None)
+            self._settings[key] = settings
+        return settings
 
     def route(self, url: str) -> Route:
         """The route for `url`'s scheme and host, settled on its first call."""
@@ -92,6 +92,7 @@ class Transport:
                 if len(self._routes) >= MAX_ROUTES:
                     # Beyond this, the adapter's pool manager would close the oldest pools.
                     self._routes.clear()
+                    self._settings.clear()
                 route = self._routes.get(key) or self._settle(url)
                 self._routes[key] = route
         return route
