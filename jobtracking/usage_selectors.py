@@ -15,8 +15,8 @@ line. Elsewhere (SQLite, `_summed_in_python`) the database groups and Python pri
 and names. Both read the same sources (`_sources`) and sums (`SUMS`); a test holds them to the
 same lines."""
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
@@ -75,6 +75,9 @@ class UsageLine:
     pages_saved: int  # the pages reused results did not cost (their sources' billed pages)
     cost: Decimal | None
     currency: str | None
+    # The cost before its rounding: lines added up (`usage_regrouped`) round their sum once, as
+    # a summary grouped so does.
+    exact_cost: Decimal | None = field(repr=False)
 
 
 def usage_client_scope(user: AbstractBaseUser) -> int | None:
@@ -95,6 +98,29 @@ def usage_summary(
         lines = _summed_in_sql(sources, keys, prices, start, end)
     else:
         lines = _summed_in_python(sources, keys, prices)
+    return _in_order(lines)
+
+
+def usage_regrouped(lines: Iterable[UsageLine], keys: Sequence[str]) -> list[UsageLine]:
+    """`lines` of a summary added up by some of its groups (`keys`): the lines `usage_summary`
+    gives grouped by `keys`, without reading usage again (a page that shows a month by day and
+    in all reads it once)."""
+    added: dict[tuple, list] = {}
+    for line in lines:
+        sums = added.setdefault(
+            (*(line.group[key] for key in keys), line.currency), [0] * len(SUMS) + [None]
+        )
+        for index, name in enumerate(SUMS):
+            sums[index] += getattr(line, name)
+        if line.exact_cost is not None:
+            sums[-1] = (sums[-1] or 0) + line.exact_cost
+    return _in_order(
+        _costed(dict(zip(keys, group, strict=True)), sums, cost, currency)
+        for (*group, currency), (*sums, cost) in added.items()
+    )
+
+
+def _in_order(lines: Iterable[UsageLine]) -> list[UsageLine]:
     return sorted(lines, key=lambda line: [str(v) for v in (*line.group.values(), line.currency)])
 
 
@@ -112,12 +138,18 @@ def _sources(
     return sources
 
 
-def _line(group: dict[str, Any], sums: Sequence[int], cost: Decimal | None, currency: str | None):
+def _line(group: dict[str, Any], sums: Sequence[int], priced: Decimal | None, currency: str | None):
+    """A line from its sums and `priced`, its pages times their price per 1,000 pages, summed."""
+    return _costed(group, sums, None if priced is None else priced / 1000, currency)
+
+
+def _costed(group: dict[str, Any], sums: Sequence[int], cost: Decimal | None, currency: str | None):
     return UsageLine(
         group=group,
         **dict(zip(SUMS, map(int, sums), strict=True)),
-        cost=None if cost is None else (cost / 1000).quantize(Decimal("0.0001")),
+        cost=None if cost is None else cost.quantize(Decimal("0.0001")),
         currency=currency,
+        exact_cost=cost,
     )
 
 

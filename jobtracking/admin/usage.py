@@ -18,7 +18,12 @@ from jobtracking.admin.common import LoggedWithReason, reason_field
 from jobtracking.admin.dashboard import AXIS_WIDTH, CHART_BOTTOM, CHART_HEIGHT, CHART_TOP, _ticks
 from jobtracking.admin.export import Echo, csv_safe
 from jobtracking.models import UsagePrice
-from jobtracking.usage_selectors import UsageLine, usage_client_scope, usage_summary
+from jobtracking.usage_selectors import (
+    UsageLine,
+    usage_client_scope,
+    usage_regrouped,
+    usage_summary,
+)
 
 CSV_GROUPS = ["client", "extractor", "model", "day"]
 CHART_WIDTH = 720
@@ -155,8 +160,9 @@ def usage_view(request):
         response["Content-Disposition"] = f'attachment; filename="usage-{month:%Y-%m}.csv"'
         return response
     by = "extractor" if request.GET.get("by") == "extractor" else "client"
-    daily = usage_summary(client=client, start=start, end=end, group_by=[by, "day"])
     columns = ["client", "extractor", "model"] if by == "client" else ["extractor", "model"]
+    # One read by day serves both the chart (by `by` and day) and the month's lines.
+    daily = usage_summary(client=client, start=start, end=end, group_by=[*columns, "day"])
     context = {
         **admin.site.each_context(request),
         "title": f"Usage, {month:%B %Y}",
@@ -167,7 +173,7 @@ def usage_view(request):
         "chart": _chart(daily, by, start, end),
         "axis_width": AXIS_WIDTH,
         "chart_height": CHART_HEIGHT,
-        "lines": usage_summary(client=client, start=start, end=end, group_by=columns),
+        "lines": usage_regrouped(daily, columns),
         "columns": columns,
     }
     return TemplateResponse(request, "admin/jobtracking/usage.html", context)

@@ -140,9 +140,9 @@ def test_usage_summary_statement_on_a_table_without_prices(usage):
 
 def test_usage_lines_hold_the_sums_both_summaries_add(usage):
     # A sum is added to `SUMS` once and both summaries add it; a field of its own on the line
-    # would be filled by one of them only.
+    # would be filled by one of them only (`exact_cost` is the cost as both hand it to `_line`).
     fields = {field.name for field in dataclasses.fields(UsageLine)}
-    assert fields == {"group", "cost", "currency", *SUMS}
+    assert fields == {"group", "cost", "exact_cost", "currency", *SUMS}
     assert set(SUMS.values()) <= {field.attname for field in UsageDaily._meta.fields}
 
 

@@ -11,8 +11,10 @@ from django.contrib.admin.models import LogEntry
 from django.core.management import CommandError, call_command
 
 from jobtracking import states
+from jobtracking.admin import usage as usage_admin
 from jobtracking.models import UsagePrice, UsageRecord
 from jobtracking.services import SYSTEM, Move, jobs_transition
+from jobtracking.usage_selectors import usage_summary
 from tests.factories import ExtractionJobFactory, ExtractorFactory, UserFactory
 from tests.jobtracking.admin.conftest import staff
 
@@ -52,6 +54,35 @@ def test_usage_page_draws_pages_a_day_and_lists_the_month(root_client, november)
     assert "<td>acme</td><td>layout</td><td>prebuilt-layout</td><td>500</td><td>2</td>" in page
     assert "5.0000 USD" in page
     assert "999 pages" not in page and "<td>999</td>" not in page
+
+
+@pytest.mark.parametrize("by", ["client", "extractor"])
+def test_usage_page_reads_the_summary_once_and_shows_what_it_says(
+    root_client, november, monkeypatch, by
+):
+    # A price whose days do not round to 0.0001: the month's lines round once, not per day
+    # (3 pages a day: 0.0004 rounded, but 0.0007 for the two days).
+    UsagePrice.objects.create(
+        extractor=november, effective_from=date(2026, 11, 4), price_per_1000_pages=Decimal("0.1234")
+    )
+    initech = UserFactory(username="initech")
+    used(initech, november, 3, date(2026, 11, 4))
+    used(initech, november, 3, date(2026, 11, 5))
+    reads = []
+
+    def counted(**kwargs):
+        reads.append(kwargs["group_by"])
+        return usage_summary(**kwargs)
+
+    monkeypatch.setattr(usage_admin, "usage_summary", counted)
+    answer = root_client.get(USAGE, {"month": "2026-11", "by": by})
+
+    assert len(reads) == 1
+    span = {"client": None, "start": date(2026, 11, 1), "end": date(2026, 11, 30)}
+    columns = answer.context["columns"]
+    assert answer.context["lines"] == usage_summary(**span, group_by=columns)
+    daily = usage_summary(**span, group_by=[by, "day"])
+    assert answer.context["chart"] == usage_admin._chart(daily, by, span["start"], span["end"])
 
 
 def test_usage_csv_has_a_row_per_client_extractor_model_and_day(root_client, november):
