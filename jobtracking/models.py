@@ -353,6 +353,13 @@ class ExtractionJob(models.Model):
                 condition=REUSE_SOURCE,
                 name="job_reuse_source_idx",
             ),
+            # A reused result's twins in flight (`services.reuse`): one client's active jobs by
+            # extractor and document. Only active jobs with a digest are in it.
+            models.Index(
+                fields=["requested_by", "extractor", "file_sha256"],
+                condition=ACTIVE_STATUS & ~Q(file_sha256=""),
+                name="job_active_document_idx",
+            ),
             # A batch's aggregate, from the index alone (an index-only scan of its entries):
             # counts by status, first and last moments, failures by error code. Only jobs of
             # a batch are in it, so other jobs pay nothing for it.

@@ -2,9 +2,10 @@
 
 1. `jobs_start`, one transaction: consume the batch's claims; time out overdue jobs; hand back
    expired submission leases; give pending jobs an identical document's result where their
-   extractor allows it (`services.reuse`: no call); hold jobs their client's usage budget has no
-   room for (`services.budgets`); take submission leases within the extractor's in-flight cap
-   and submission rate; reserve poll slots within its poll rate. Jobs that must wait get a later
+   extractor allows it (`services.reuse`: no call), or let them wait a round for the result of
+   an identical job in flight; hold jobs their client's usage budget has no room for
+   (`services.budgets`); take submission leases within the extractor's in-flight cap and
+   submission rate; reserve poll slots within its poll rate. Jobs that must wait get a later
    `due_at` and the dispatcher hands them out again then.
 2. The extractor calls, concurrently, outside any transaction (`tasks.py`).
 3. `jobs_record`, one transaction: every call's outcome as a move through `jobs_transition`
@@ -117,9 +118,9 @@ def jobs_start(*, job_ids: Collection[UUID | str]) -> StartedBatch:
                 to_poll[job.extractor].append(job)
         # Before the leases, circuits and rates: a reused result calls no extractor.
         reuse = jobs_reuse(to_lease, now)
-        if reuse.rows:
-            moves += reuse.moves
-            to_lease = _without(to_lease, reuse.rows.keys())
+        moves += reuse.moves
+        moves += [defer_move(job, now + _in_flight_wait()) for job in reuse.waiting]
+        to_lease = _without(to_lease, reuse.taken)
         started = StartedBatch()
         moves += _hold_behind_circuits(to_lease, to_poll, now, started)
         moves += budget_gate(to_lease, now)
@@ -245,7 +246,8 @@ def _lease_move(job: ExtractionJob, extractor: Extractor, now: datetime) -> Move
 
 
 def defer_move(job: ExtractionJob, until: datetime) -> Move:
-    """No room (in-flight cap), no rate slot or no circuit now: look again at `until`."""
+    """No room (in-flight cap), no rate slot, no circuit or a twin's result to wait for now:
+    look again at `until`."""
 
     def defer(job: ExtractionJob) -> None:
         job.due_at = until

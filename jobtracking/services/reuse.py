@@ -12,10 +12,15 @@ the client's declaration, trusted, since a client only ever gets its own results
 The attempt costs 0 pages and saves what its source was billed (`usage_row`'s `saved_pages`);
 its history says where the result came from, and so does the job (`reused_from_*`).
 
+A job whose identical twin (same client, extractor, document and options) is in flight, or
+pending and older, waits a round for its result rather than being sent too (`_waiting`): the
+same document sent twice at once is paid once. It is not held or failed, and its history shows
+nothing until it takes the result; if the twin fails or is cancelled, it goes to the extractor.
+
 Called by the worker's batch start (`engine.jobs_start`), inside its transaction with the jobs
 locked, before any lease is taken: a reused job never counts against the in-flight cap, a rate
-limit or an open circuit. One query finds the sources of the whole batch, and none runs when no
-job's extractor has a window.
+limit or an open circuit. One query finds the sources of the whole batch, one more its twins
+(only for jobs left without a source), and none runs when no job's extractor has a window.
 """
 
 import json
@@ -24,6 +29,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
+from operator import or_
 from uuid import UUID
 
 from django.db import InterfaceError, OperationalError
@@ -31,7 +38,13 @@ from django.db.models import F, OuterRef, Q, Subquery
 
 from extraction.models import Extractor
 from jobtracking import states
-from jobtracking.models import REUSE_SOURCE, ExtractionJob, ExtractionResult, UsageRecord
+from jobtracking.models import (
+    REUSE_SOURCE,
+    ExtractionJob,
+    ExtractionResult,
+    UsageRecord,
+    status_in,
+)
 from jobtracking.services.results import Result, result_row
 from jobtracking.services.transitions import BatchOutcome, Move
 
@@ -44,6 +57,13 @@ class Reuse:
 
     moves: list[Move] = field(default_factory=list)
     rows: dict[UUID, ExtractionResult] = field(default_factory=dict)
+    # The jobs that wait a round for an identical job's result (`_waiting`): no call yet.
+    waiting: list[ExtractionJob] = field(default_factory=list)
+
+    @property
+    def taken(self) -> set[UUID]:
+        """The jobs that go to no lease step this round."""
+        return {*self.rows, *(job.pk for job in self.waiting)}
 
     def store(self, outcome: BatchOutcome) -> None:
         """Insert the result rows of the jobs the batch's transition moved to succeeded (in
@@ -71,9 +91,11 @@ def jobs_reuse(candidates: dict[Extractor, list[ExtractionJob]], now: datetime) 
     if not wanted:
         return reuse
     sources = _sources(wanted, now)
+    unserved = []
     for job in wanted:
         source = next((row for row in sources[_document(job)] if _same_request(row.job, job)), None)
         if source is None:
+            unserved.append(job)
             continue
         try:
             reuse.rows[job.pk] = _copy(job, source)
@@ -83,7 +105,46 @@ def jobs_reuse(candidates: dict[Extractor, list[ExtractionJob]], now: datetime) 
             logger.exception("job %s: the result of job %s cannot be copied", job.pk, source.job_id)
             continue
         reuse.moves.append(_reuse_move(job, source))
+    reuse.waiting = _waiting(unserved, reuse.rows, now)
     return reuse
+
+
+def _waiting(
+    jobs: list[ExtractionJob], reused: Iterable[UUID], now: datetime
+) -> list[ExtractionJob]:
+    """The jobs among `jobs` (no result to take yet) that wait a round for a twin's: a job of
+    the same request (`_request`) in flight (a handed-back one of this batch too: it is sent
+    again now), or pending with a smaller id (older), in this batch or not. A job in flight
+    waits for none and a job for no younger one, so no two jobs ever wait for each other. A job
+    waits only while more than half its time is left: a twin stuck until its own deadline
+    cannot make it miss its own."""
+    patient = [
+        job
+        for job in jobs
+        if job.deadline_at and job.deadline_at - now > job.extractor.max_duration / 2
+    ]
+    if not patient:
+        return []
+    found = (
+        ExtractionJob.objects.filter(
+            status_in(states.IN_FLIGHT | {states.PENDING}),
+            reduce(or_, {_request(job): _request_filter(job) for job in patient}.values()),
+        )
+        # Spelled out, so the planner sees that `job_active_document_idx` holds them all.
+        .exclude(file_sha256="")
+        .exclude(pk__in=list(reused))  # pending still, but taking a result now
+        .order_by()
+        .values_list("pk", "status", "requested_by", "extractor", "file_sha256", "options")
+    )
+    twins: defaultdict[tuple, list[tuple[UUID, bool]]] = defaultdict(list)  # (id, pending)
+    for pk, status, *document, options in found:
+        request = (*document, json.dumps(options, sort_keys=True))
+        twins[request].append((pk, status == states.PENDING))
+    return [
+        job
+        for job in patient
+        if any(not pending or pk < job.pk for pk, pending in twins[_request(job)] if pk != job.pk)
+    ]
 
 
 def _document(job: ExtractionJob) -> tuple:
@@ -95,22 +156,30 @@ def _same_request(source: ExtractionJob, job: ExtractionJob) -> bool:
     return source.options == job.options
 
 
+def _request(job: ExtractionJob) -> tuple:
+    """What two jobs share to share a result: client, extractor, document and options."""
+    return (*_document(job), json.dumps(job.options, sort_keys=True))
+
+
+def _request_filter(job: ExtractionJob) -> Q:
+    """The jobs of `job`'s request (`_request`)."""
+    return Q(
+        requested_by=job.requested_by_id,
+        extractor=job.extractor_id,
+        file_sha256=job.file_sha256,
+        options=job.options,
+    )
+
+
 def _sources(jobs: Iterable[ExtractionJob], now: datetime) -> defaultdict[tuple, list]:
     """For each document (`_document`) of `jobs`, the results that may serve it, newest first:
     each with its job and `billed_pages`, the pages its usage row says it cost. One query; the
     jobs it looks at are found through `job_reuse_source_idx`."""
-    requests = {}
-    for job in jobs:
-        requests[(*_document(job), json.dumps(job.options, sort_keys=True))] = Q(
-            requested_by=job.requested_by_id,
-            extractor=job.extractor_id,
-            file_sha256=job.file_sha256,
-            options=job.options,
-            completed_at__gte=now - job.extractor.reuse_window,
-        )
-    matching = Q(pk__in=[])
-    for request in requests.values():
-        matching |= request
+    requests = {
+        _request(job): _request_filter(job) & Q(completed_at__gte=now - job.extractor.reuse_window)
+        for job in jobs
+    }
+    matching = reduce(or_, requests.values())
     # The usage row of the source's attempt: what it was billed, and under which model. A
     # result of another model (the extractor's changed since) is no source.
     billed = UsageRecord.objects.filter(

@@ -1,6 +1,7 @@
 """Identical documents are not paid twice, end to end: real django-q2 workers and dispatcher,
 the sandbox over HTTP. A second upload of a document the same client had extracted takes the
-first one's result with no request to the sandbox at all; one that opts out is extracted."""
+first one's result with no request to the sandbox at all; one that opts out is extracted; two
+uploaded at once reach the sandbox once."""
 
 from datetime import timedelta
 
@@ -61,3 +62,20 @@ def test_a_reused_result_makes_no_extractor_call(stack, sandbox, extractor):
     assert (usage[first.pk].pages, usage[fresh.pk].pages) == (3, 3)
     assert (usage[reused.pk].pages, usage[reused.pk].pages_saved) == (0, 3)
     assert usage[reused.pk].counted_by == UsageCountedBy.REUSED
+
+
+def test_two_identical_uploads_at_once_reach_the_extractor_once(stack, sandbox, extractor):
+    extractor.reuse_window = timedelta(hours=1)
+    extractor.save()
+    actor = Actor("api", UserFactory())
+    posts_before = sandbox.stats()["requests"].get("POST", 0)
+
+    jobs = wait_for_terminal(
+        [upload(extractor, actor, "one"), upload(extractor, actor, "two")], 60, stack
+    )
+
+    assert [job.status_id for job in jobs] == ["succeeded"] * 2
+    extracted, reused = sorted(jobs, key=lambda job: job.reused_from_job is not None)
+    assert (extracted.reused_from_job, reused.reused_from_job) == (None, extracted.pk)
+    assert sandbox.stats()["requests"]["POST"] == posts_before + 1
+    assert_no_duplicate_submissions(sandbox, [extracted])

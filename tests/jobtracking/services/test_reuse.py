@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobtracking import states
+from jobtracking.engine.tasks import process_jobs
 from jobtracking.models import (
     ExtractionJob,
     ExtractionResult,
@@ -21,7 +22,7 @@ from jobtracking.models import (
     UsageRecord,
 )
 from jobtracking.representation import job_representation
-from jobtracking.services import Actor, NewJob, job_create, job_requeue
+from jobtracking.services import Actor, NewJob, job_cancel, job_create, job_requeue
 from jobtracking.services.engine import jobs_start
 from jobtracking.services.usage import usage_roll_up
 from jobtracking.usage_selectors import usage_summary
@@ -256,3 +257,78 @@ def test_one_query_finds_the_sources_of_a_whole_batch(sandbox, extractor, client
     assert ExtractionJob.objects.filter(
         pk__in=[job.pk for job in jobs], status=states.SUCCEEDED
     ).count() == len(names)
+
+
+def batch(*jobs) -> list[ExtractionJob]:
+    """Run one batch task over `jobs`, as the dispatcher hands out jobs due together."""
+    claim(*jobs)
+    process_jobs([str(job.pk) for job in jobs])
+    for job in jobs:
+        job.refresh_from_db()
+    return list(jobs)
+
+
+def test_two_identical_jobs_in_one_batch_cost_one_extractor_call(sandbox, extractor, client_actor):
+    first, second = batch(
+        create(extractor, client_actor, "a"), create(extractor, client_actor, "b")
+    )
+
+    # The second waits a round for the first's result: not failed, not held, no history.
+    assert first.status_id in states.IN_FLIGHT
+    assert second.status_id == states.PENDING and second.due_at > timezone.now()
+    assert JobStatusChange.objects.filter(job=second).count() == 1
+    first, second = run_to_end(first), run_to_end(second)
+
+    assert (second.status_id, second.reused_from_job) == (states.SUCCEEDED, first.pk)
+    assert (sandbox_calls(sandbox, first), sandbox_calls(sandbox, second)) == (1, 0)
+
+
+@pytest.mark.parametrize("end", ["fails", "is_cancelled"])
+def test_a_job_waiting_for_an_identical_one_is_submitted_when_that_one_fails(
+    sandbox, extractor, client_actor, end
+):
+    if end == "fails":
+        sandbox.configure(permanent_failure_rate=1.0)
+    first, second = batch(
+        create(extractor, client_actor, "a"), create(extractor, client_actor, "b")
+    )
+    assert second.status_id == states.PENDING
+    if end == "fails":
+        first = run_to_end(first)
+        sandbox.configure(permanent_failure_rate=0.0)
+    else:
+        first = job_cancel(job_id=first.pk, actor=client_actor)
+    assert first.status_id in {states.FAILED, states.CANCELLED}
+
+    second = run_to_end(second)
+
+    assert (second.status_id, second.reused_from_job) == (states.SUCCEEDED, None)
+    assert sandbox_calls(sandbox, second) == 1
+
+
+def test_identical_documents_of_two_clients_are_not_shared(sandbox, extractor, client_actor):
+    first, other = batch(
+        create(extractor, client_actor, "a"), create(extractor, Actor("api", UserFactory()), "b")
+    )
+
+    assert first.status_id in states.IN_FLIGHT and other.status_id in states.IN_FLIGHT
+    assert run_to_end(other).reused_from_job is None
+    assert (sandbox_calls(sandbox, first), sandbox_calls(sandbox, other)) == (1, 1)
+
+
+def test_a_job_waits_for_an_older_identical_one_only_in_the_first_half_of_its_time(
+    sandbox, extractor, client_actor
+):
+    older, younger = create(extractor, client_actor, "a"), create(extractor, client_actor, "b")
+    # An older one pending in another batch leads; it never waits for the younger.
+    (younger,) = batch(younger)
+    assert younger.status_id == states.PENDING
+    (older,) = batch(older)
+    assert older.status_id in states.IN_FLIGHT
+
+    late = timezone.now() + extractor.max_duration / 2 - timedelta(seconds=5)
+    ExtractionJob.objects.filter(pk=younger.pk).update(deadline_at=late, due_at=None)
+    (younger,) = batch(younger)
+
+    assert younger.status_id in states.IN_FLIGHT  # its own call, not a missed deadline
+    assert sandbox_calls(sandbox, younger) == 1
