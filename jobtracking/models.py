@@ -206,6 +206,9 @@ class ExtractionJob(models.Model):
     # False: the client wants the extractor called even where an identical document's result
     # could be reused (`services.reuse`).
     reuse_result = models.BooleanField(default=True, db_default=True)
+    # True for an attempt begun by requeueing a succeeded job (which needs force): it was asked
+    # to be extracted again, so it takes no reused result. Each requeue sets it anew.
+    extract_afresh = models.BooleanField(default=False, db_default=False)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,

@@ -33,6 +33,8 @@ from jobtracking.services.transitions import (
 
 def _reset_for_new_attempt(job: ExtractionJob) -> None:
     now = timezone.now()
+    # A success requeued is to be extracted again, not handed the same result (`services.reuse`).
+    job.extract_afresh = job.status_id == states.SUCCEEDED
     job.attempt += 1
     job.submit_attempts = job.poll_count = job.poll_error_count = 0
     job.external_job_id = job.external_url = job.external_status = job.external_request_id = ""
@@ -57,8 +59,9 @@ def job_requeue(
 ) -> ExtractionJob:
     """Send a terminal job back to `pending` as a new attempt (attempt + 1, counters, times and
     external ids reset, `requeued_at` now, a fresh deadline), due at once, at `priority` if
-    given. A `succeeded` job needs `force`. Earlier attempts' history and results stay. Refused
-    while another active job exists for the same file."""
+    given. A `succeeded` job needs `force`, and its new attempt goes to the extractor, never
+    taking a reused result (`extract_afresh`). Earlier attempts' history and results stay.
+    Refused while another active job exists for the same file."""
 
     with transaction.atomic():
         job = job_transition(

@@ -6,7 +6,8 @@ client that succeeded on the same extractor, with the same model (`Extractor.mod
 usage row recorded it) and equal options, within the extractor's `reuse_window`, goes pending →
 succeeded with that result. Only a result an extractor produced is a source (not one itself
 reused), so the window always counts from an extraction. Off unless the extractor has a window;
-a client opts out per job (`reuse_result=False`). URL jobs take part when their digest is known:
+a client opts out per job (`reuse_result=False`), and a succeeded job requeued (with force) is
+extracted again (`extract_afresh`). URL jobs take part when their digest is known:
 the client's declaration, trusted, since a client only ever gets its own results.
 
 The attempt costs 0 pages and saves what its source was billed (`usage_row`'s `saved_pages`);
@@ -85,7 +86,10 @@ def jobs_reuse(candidates: dict[Extractor, list[ExtractionJob]], now: datetime) 
         for extractor, jobs in candidates.items()
         if extractor.reuse_window
         for job in jobs
-        if job.status_id == states.PENDING and job.reuse_result and job.file_sha256
+        if job.status_id == states.PENDING
+        and job.reuse_result
+        and not job.extract_afresh
+        and job.file_sha256
     ]
     reuse = Reuse()
     if not wanted:

@@ -28,6 +28,7 @@ INTERNAL = {
     "requeued_at": "the current attempt's start: `durations` count from it, the history shows it",
     "traceparent": "the trace its spans join: for the tracing backend, and in the logs",
     "audit_head": "the hash of the job's last audit row (docs/audit.md): verify_audit's",
+    "extract_afresh": "the reuse step's: its history shows the success requeued",
 }
 # Model fields the representation shows under another name.
 SHOWN_AS = {

@@ -187,6 +187,37 @@ def test_a_requeue_clears_where_the_result_came_from(sandbox, extractor, client_
     )
 
 
+def test_a_forced_requeue_of_a_reused_job_calls_the_extractor(sandbox, extractor, client_actor):
+    """A succeeded job is requeued (with force) to be extracted again: not to be handed the
+    same result."""
+    run_to_end(create(extractor, client_actor, "a"))
+    again = step(create(extractor, client_actor, "b"))
+    assert again.reused_from_job is not None
+
+    staff = Actor("admin", UserFactory(is_staff=True))
+    again = run_to_end(job_requeue(job_id=again.pk, actor=staff, reason="Check it", force=True))
+
+    assert (again.status_id, again.attempt, again.reused_from_job) == (states.SUCCEEDED, 2, None)
+    assert sandbox_calls(sandbox, again) == 1
+    record = UsageRecord.objects.get(job_id=again.pk, attempt=2)
+    assert (record.pages, record.pages_saved) == (3, 0)
+
+
+def test_a_plain_requeue_of_a_failed_job_may_take_an_identical_result(
+    sandbox, extractor, client_actor
+):
+    sandbox.configure(permanent_failure_rate=1.0)
+    failed = run_to_end(create(extractor, client_actor, "b"))
+    sandbox.configure(permanent_failure_rate=0.0)
+    first = run_to_end(create(extractor, client_actor, "a"))
+    assert failed.status_id == states.FAILED
+
+    again = step(job_requeue(job_id=failed.pk, actor=client_actor))
+
+    assert (again.status_id, again.reused_from_job) == (states.SUCCEEDED, first.pk)
+    assert sandbox_calls(sandbox, again) == 1  # its first attempt's only
+
+
 def test_a_result_stored_as_a_file_is_copied_to_a_file_of_its_own(
     sandbox, extractor, client_actor, settings, tmp_path
 ):
