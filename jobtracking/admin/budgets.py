@@ -6,6 +6,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.models import DELETION
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
@@ -14,7 +15,7 @@ from django.utils.html import format_html
 from jobtracking import states
 from jobtracking.admin.common import LoggedWithReason, reason_field, record
 from jobtracking.models import UsageBudget
-from jobtracking.services.budgets import budget_changed, budget_room
+from jobtracking.services.budgets import budget_changed, budget_rooms
 
 
 class BudgetActionForm(ActionForm):
@@ -23,6 +24,16 @@ class BudgetActionForm(ActionForm):
         required=False,
         widget=forms.TextInput(attrs={"size": 40, "placeholder": "e.g. contract ended"}),
     )
+
+
+class BudgetChangeList(ChangeList):
+    def get_results(self, request) -> None:
+        """The page's budgets, each with its month's room (`room`): one statement for the
+        page, not one a budget."""
+        super().get_results(request)
+        self.result_list = list(self.result_list)
+        for room in budget_rooms(self.result_list, timezone.now()):
+            room.budget.room = room
 
 
 class UsageBudgetForm(forms.ModelForm):
@@ -52,6 +63,9 @@ class UsageBudgetAdmin(LoggedWithReason, admin.ModelAdmin):
     actions = ["remove_budgets"]
     action_form = BudgetActionForm
 
+    def get_changelist(self, request, **kwargs):
+        return BudgetChangeList
+
     def get_queryset(self, request):
         held = Count("client__extraction_jobs", Q(client__extraction_jobs__status=states.HELD))
         return super().get_queryset(request).annotate(held=held)
@@ -62,8 +76,8 @@ class UsageBudgetAdmin(LoggedWithReason, admin.ModelAdmin):
 
     @admin.display(description="used this month (in flight)")
     def used_this_month(self, budget: UsageBudget) -> str:
-        room = budget_room(budget, timezone.now())
-        return f"{room.used} ({room.in_flight})"
+        room = getattr(budget, "room", None)  # None: removed since the page read it
+        return f"{room.used} ({room.in_flight})" if room else "—"
 
     @admin.display(description="client's held jobs", ordering="held")
     def held_jobs(self, budget: UsageBudget):

@@ -20,13 +20,23 @@ one (`UsageBudget`). docs/usage.md says it for staff and clients.
 """
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from functools import partial
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, F, Min, QuerySet, Subquery, Sum
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    F,
+    Min,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Sum,
+    When,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -90,30 +100,55 @@ def budget_room(
     besides: Iterable = (),
     counted: frozenset[str] = states.IN_FLIGHT,
 ) -> Room:
-    """What is left of `budget` this month, counting the jobs in `counted` statuses as in
-    flight, but those in `besides` (the batch being decided, whose handed-back jobs are still
-    `submitting`). One statement, so one
-    snapshot: the month's pages used (the rolled-up month plus the rows not yet rolled up) never
-    count a row twice, or miss one, while the rollup moves it."""
-    month, scope = month_of(now), {}
-    if budget.extractor_id:
-        scope["extractor_id"] = budget.extractor_id
-    rolled = UsageMonthly.objects.filter(day=month, client_key=budget.client_id, **scope)
-    fresh = UsageRecord.objects.filter(
-        rolled_up=False, day__gte=month, client_id=budget.client_id, **scope
+    """What is left of `budget` this month (`budget_rooms`)."""
+    (room,) = budget_rooms([budget], now, besides=besides, counted=counted)
+    return room
+
+
+def budget_rooms(
+    budgets: Sequence[UsageBudget],
+    now: datetime,
+    *,
+    besides: Iterable = (),
+    counted: frozenset[str] = states.IN_FLIGHT,
+) -> list[Room]:
+    """What is left of each of `budgets` this month, counting the jobs in `counted` statuses
+    as in flight, but those in `besides` (the batch being decided, whose handed-back jobs are
+    still `submitting`). One statement for them all (a row per budget, its sums as correlated
+    subqueries), so one snapshot: the month's pages used (the rolled-up month plus the rows not
+    yet rolled up) never count a row twice, or miss one, while the rollup moves it. A budget
+    removed meanwhile has no room left to report: it is left out."""
+    month, deciding = month_of(now), list(besides)
+
+    def used(scope: dict) -> Coalesce:
+        client = OuterRef("client_id")
+        rolled = UsageMonthly.objects.filter(day=month, client_key=client, **scope)
+        fresh = UsageRecord.objects.filter(rolled_up=False, day__gte=month, client=client, **scope)
+        return _total(rolled, "client_key", F("pages")) + _total(fresh, "client", F("pages"))
+
+    def in_flight(scope: dict) -> Coalesce:
+        flying = ExtractionJob.objects.filter(
+            status_in(counted), requested_by=OuterRef("client_id"), **scope
+        ).exclude(pk__in=deciding)
+        return _total(flying, "requested_by", Coalesce("expected_pages", 1))
+
+    found = (
+        UsageBudget.objects.filter(pk__in=[budget.pk for budget in budgets])
+        .annotate(used=_by_scope(used), in_flight=_by_scope(in_flight))
+        .values_list("pk", "used", "in_flight")
     )
-    flying = ExtractionJob.objects.filter(
-        status_in(counted), requested_by_id=budget.client_id, **scope
-    ).exclude(pk__in=list(besides))
-    used, in_flight = (
-        UsageBudget.objects.filter(pk=budget.pk)
-        .values_list(
-            _total(rolled, "client_key", F("pages")) + _total(fresh, "client", F("pages")),
-            _total(flying, "requested_by", Coalesce("expected_pages", 1)),
-        )
-        .get()
+    sums = {pk: (used, in_flight) for pk, used, in_flight in found}
+    return [Room(budget, *sums[budget.pk]) for budget in budgets if budget.pk in sums]
+
+
+def _by_scope(total: Callable[[dict], Coalesce]) -> Case:
+    """`total` over the rows a budget covers: its client's, of its extractor if it names one.
+    Two subqueries with plain equalities rather than one with an OR, so each finds its rows
+    through an index."""
+    return Case(
+        When(extractor__isnull=True, then=total({})),
+        default=total({"extractor_id": OuterRef("extractor_id")}),
     )
-    return Room(budget, used, in_flight)
 
 
 def _total(rows: QuerySet, key: str, value) -> Coalesce:
@@ -164,10 +199,10 @@ def budget_gate(to_lease: dict[Extractor, list[ExtractionJob]], now: datetime) -
     # The candidates are not in flight (a handed-back one is still `submitting` in the table);
     # the batch's jobs being polled are, and count.
     deciding = [job.pk for job in candidates]
-    rooms = {
-        client: [budget_room(budget, now, besides=deciding) for budget in owned]
-        for client, owned in budgets.items()
-    }
+    rooms = defaultdict(list)
+    every = [budget for owned in budgets.values() for budget in owned]
+    for room in budget_rooms(every, now, besides=deciding):
+        rooms[room.budget.client_id].append(room)
     oldest_held = _oldest_held(budgets)
     moves = []
     for extractor, jobs in to_lease.items():
@@ -236,10 +271,7 @@ def _release(client: int | None, now: datetime) -> int:
     with transaction.atomic():
         _lock_clients([client] if client else [])
         # Pending jobs count too: they reach the gate before the jobs released now.
-        rooms = [
-            budget_room(budget, now, counted=states.DISPATCHED)
-            for budget in _budgets_of([client]).get(client, [])
-        ]
+        rooms = budget_rooms(_budgets_of([client]).get(client, []), now, counted=states.DISPATCHED)
         jobs = (
             ExtractionJob.objects.filter(status=states.HELD, requested_by=client)
             .select_related("extractor")

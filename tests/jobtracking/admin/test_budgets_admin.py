@@ -1,12 +1,20 @@
 """Budgets in the staff console: set and changed with a reason that the admin log keeps, and a
 raised budget releases the held jobs it has room for at once."""
 
+import re
+
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from jobtracking import states
 from jobtracking.models import ExtractionJob, UsageBudget
+from jobtracking.services.budgets import budget_room
+from jobtracking.services.usage import usage_roll_up
 from tests.factories import ExtractionJobFactory, ExtractorFactory, UserFactory
+from tests.jobtracking.services.test_budgets import used
 
 pytestmark = pytest.mark.django_db
 
@@ -66,6 +74,53 @@ def test_the_budget_list_shows_the_months_usage_and_held_jobs(root_client):
     page = root_client.get(BUDGETS).content.decode()
     assert "acme" in page and "(every extractor)" in page
     assert f"?status={states.HELD}" in page
+
+
+def budgets_with_usage(count: int) -> list[UsageBudget]:
+    """`count` budgets of as many clients, every other one for one extractor, each with usage
+    rolled up and fresh, in flight and of another extractor, all different."""
+    ours, other = ExtractorFactory(), ExtractorFactory()
+    budgets = []
+    for n in range(count):
+        client_user = UserFactory()
+        used(client_user, ours, 10 + n)
+        used(client_user, other, 100)
+        usage_roll_up()
+        used(client_user, ours, n)
+        ExtractionJobFactory(
+            extractor=ours, requested_by=client_user, submitted=True, expected_pages=n + 1
+        )
+        scope = ours if n % 2 else None
+        budgets.append(UsageBudget.objects.create(client=client_user, extractor=scope, pages=999))
+    return budgets
+
+
+def shown_usage(root_client) -> tuple[int, dict[int, str]]:
+    """The list's number of queries, and the usage column by budget."""
+    with CaptureQueriesContext(connection) as queries:
+        page = root_client.get(BUDGETS).content.decode()
+    cells = re.findall(
+        r'name="_selected_action" value="(\d+)".*?<td class="field-used_this_month">([^<]*)</td>',
+        page,
+        re.S,
+    )
+    return len(queries), {int(pk): used for pk, used in cells}
+
+
+def test_the_budget_lists_usage_costs_the_same_queries_for_2_budgets_as_for_12(root_client):
+    budgets = budgets_with_usage(2)
+    few, shown = shown_usage(root_client)
+    budgets += budgets_with_usage(10)
+    many, shown = shown_usage(root_client)
+
+    assert few == many
+    assert len(shown) == 12
+    now = timezone.now()
+    for budget in budgets:
+        room = budget_room(budget, now)
+        assert shown[budget.pk] == f"{room.used} ({room.in_flight})"
+    # Every extractor: 110 + 2n pages used; one extractor: 10 + 2n; n + 1 in flight.
+    assert shown[budgets[0].pk] == "110 (1)" and shown[budgets[1].pk] == "12 (2)"
 
 
 def test_a_budget_is_removed_only_with_a_reason_and_its_held_jobs_go_on(
