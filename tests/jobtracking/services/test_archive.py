@@ -268,6 +268,22 @@ def test_a_run_keeps_its_writers_and_deletes_the_jobs_before_the_wait(archive, m
     ]
 
 
+def test_the_index_keeps_the_jobs_fields_as_they_were(archive):
+    """Taken from the deleted rows and read back by PostgreSQL: quotes, commas, braces and
+    backslashes, a text "NULL", a null and a time each arrive as they were."""
+    job = finished_job('grant "7", {budget}\\2026.csv')
+    ExtractionJob.objects.filter(pk=job.pk).update(external_job_id="NULL")
+    job.refresh_from_db()
+    assert jobs_purge(ids=[job.pk]) == 1
+    entry = ArchivedJob.objects.get(pk=job.pk)
+    indexed = archive_module.INDEXED.items()
+    assert [getattr(entry, ArchivedJob._meta.get_field(own).attname) for own, _ in indexed] == [
+        getattr(job, ExtractionJob._meta.get_field(taken).attname) for _, taken in indexed
+    ]
+    assert entry.file_id == 'grant "7", {budget}\\2026.csv' and entry.external_job_id == "NULL"
+    assert entry.requested_by_id is None and entry.completed_at is not None
+
+
 def checked_at_once() -> bool:
     """Whether this transaction checks its foreign keys as each statement runs: a result of a
     job that does not exist is refused at once (else only at commit: it is taken back here)."""
