@@ -406,26 +406,28 @@ def _literal(text: str) -> str:
 def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
     job = quote(model._meta.get_field("job").column)
     ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
+    # The events' ids too: their deliveries are looked up by them (`_deliveries_sql`).
+    ids = f", array_agg(c.{quote(model._meta.pk.column)}) AS ids" if model is JobEvent else ""
     return (
         f"SELECT count(*) AS count, bool_or({_has_files(model, 'c')}) AS has_files, "
         # array_to_json, not json_agg, which puts line breaks between elements.
-        f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows FROM {table(model)} c "
-        f"WHERE c.{job} = j.id"
+        f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows{ids} "
+        f"FROM {table(model)} c WHERE c.{job} = j.id"
     )
 
 
 def _deliveries_sql() -> str:
-    """Per job: how many deliveries, and per state their count, attempts and last delivery."""
+    """Per job: how many deliveries, and per state their count, attempts and last delivery; by
+    the job's events' ids, which `events` (joined before) holds, so the events are not read
+    again."""
     event = quote(WebhookDelivery._meta.get_field("event").column)
-    job = quote(JobEvent._meta.get_field("job").column)
     return (
         "SELECT sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
         "AS summary FROM "
         "(SELECT d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
-        f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = j.id GROUP BY d.state) s"
+        f"FROM {table(WebhookDelivery)} d WHERE d.{event} = ANY(events.ids) GROUP BY d.state) s"
     )
 
 
