@@ -132,27 +132,28 @@ class ArchivedPart:
     records: _Records
 
 
-def jobs_delete_indexed(jobs: models.QuerySet) -> tuple[int, str]:
+def jobs_delete_indexed(jobs: models.QuerySet) -> tuple[int, list[str]]:
     """Delete these jobs in one statement (their dependants deleted first), keeping what the
     index takes from them (`INDEXED`), for `archived_jobs_insert`: so they are deleted while
-    the parts are still being written. Returns how many, and their fields as one JSON array
-    (one text, no object a job)."""
-    job = ExtractionJob._meta
-    pk = quote(job.pk.column)
-    kept = ", ".join([pk, *(quote(job.get_field(name).column) for name in INDEXED.values())])
+    the parts are still being written. Returns how many, and their ids and fields as an array
+    each (one text a column, no object a job; cheaper for PostgreSQL to read back than JSON
+    objects)."""
     subquery, params = jobs.values("pk").query.sql_with_params()
+    columns = [column for column, _type in _kept_columns()]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH gone AS (DELETE FROM {table(ExtractionJob)} WHERE {pk} IN ({subquery}) "
-            f"RETURNING {kept}) SELECT count(*), coalesce(json_agg(gone), '[]')::text FROM gone",
+            f"WITH gone AS (DELETE FROM {table(ExtractionJob)} WHERE {columns[0]} IN ({subquery}) "
+            f"RETURNING {', '.join(columns)}) "
+            f"SELECT count(*), {', '.join(f'array_agg({c})::text' for c in columns)} FROM gone",
             params,
         )
-        return cursor.fetchone()
+        count, *kept = cursor.fetchone()
+    return count, kept
 
 
-def archived_jobs_insert(parts: list[ArchivedPart], jobs: str) -> None:
+def archived_jobs_insert(parts: list[ArchivedPart], jobs: list[str]) -> None:
     """The index rows of these parts' jobs, in one statement (PostgreSQL reads `jobs` once):
-    the rest of each row is taken from `jobs`, the deleted jobs' fields
+    the rest of each row is taken from `jobs`, the deleted jobs' ids and fields
     (`jobs_delete_indexed`). A job not among them (not deleted) is not indexed."""
     if not parts:
         return
@@ -169,7 +170,7 @@ def archived_jobs_insert(parts: list[ArchivedPart], jobs: str) -> None:
                     array_literal(value for part in records for value in getattr(part, name))
                     for name in ("job_ids", "lines", "offsets")
                 ),
-                jobs,
+                *jobs,
             ],
         )
 
@@ -272,23 +273,33 @@ PART_FIELDS = ("path", "manifest", "archived_at")
 
 
 @functools.cache
+def _kept_columns() -> list[tuple[str, str]]:
+    """What `jobs_delete_indexed` keeps of a job: its id's and `INDEXED` columns, with their
+    types."""
+    job = ExtractionJob._meta
+    fields = [job.pk, *(job.get_field(name) for name in INDEXED.values())]
+    return [(quote(f.column), f.db_type(connection)) for f in fields]
+
+
+@functools.cache
 def _index_insert_sql() -> str:
     """Parameters: storage; arrays of the parts' paths, manifests and times; arrays of each
-    record's part (from 1), job id, line and offset; the jobs' fields as JSON
+    record's part (from 1), job id, line and offset; the deleted jobs' arrays
     (`jobs_delete_indexed`)."""
-    index, job = ArchivedJob._meta, ExtractionJob._meta
+    index = ArchivedJob._meta
     own = [quote(index.get_field(name).column) for name in INDEXED]
-    taken = [f"j.{quote(job.get_field(name).column)}" for name in INDEXED.values()]
+    kept = _kept_columns()
     given = ("storage", *PART_FIELDS, "job_id", "line", "offset")
     return (
         f"INSERT INTO {table(ArchivedJob)} ({', '.join(own)}, "
         f"{', '.join(quote(index.get_field(name).column) for name in given)}) "
-        f"SELECT {', '.join(taken)}, %s, (%s::text[])[r.part], (%s::text[])[r.part], "
-        "(%s::timestamptz[])[r.part], r.job_id, r.line, r.byte "
+        f"SELECT {', '.join(f'j.{column}' for column, _type in kept[1:])}, %s, "
+        "(%s::text[])[r.part], (%s::text[])[r.part], (%s::timestamptz[])[r.part], "
+        "r.job_id, r.line, r.byte "
         "FROM unnest(%s::int[], %s::uuid[], %s::int[], %s::bigint[]) "
         "AS r(part, job_id, line, byte) "
-        f"JOIN json_populate_recordset(NULL::{table(ExtractionJob)}, %s::json) j "
-        f"ON j.{quote(job.pk.column)} = r.job_id"
+        f"JOIN unnest({', '.join(f'%s::{type_}[]' for _column, type_ in kept)}) "
+        f"AS j({', '.join(column for column, _type in kept)}) ON j.{kept[0][0]} = r.job_id"
     )
 
 
@@ -395,26 +406,28 @@ def _literal(text: str) -> str:
 def _rows_sql(model: type[models.Model], order: tuple[str, ...]) -> str:
     job = quote(model._meta.get_field("job").column)
     ordering = ", ".join(f"c.{quote(model._meta.get_field(name).column)}" for name in order)
+    # The events' ids too: their deliveries are looked up by them (`_deliveries_sql`).
+    ids = f", array_agg(c.{quote(model._meta.pk.column)}) AS ids" if model is JobEvent else ""
     return (
         f"SELECT count(*) AS count, bool_or({_has_files(model, 'c')}) AS has_files, "
         # array_to_json, not json_agg, which puts line breaks between elements.
-        f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows FROM {table(model)} c "
-        f"WHERE c.{job} = j.id"
+        f"array_to_json(array_agg(c ORDER BY {ordering}))::text AS rows{ids} "
+        f"FROM {table(model)} c WHERE c.{job} = j.id"
     )
 
 
 def _deliveries_sql() -> str:
-    """Per job: how many deliveries, and per state their count, attempts and last delivery."""
+    """Per job: how many deliveries, and per state their count, attempts and last delivery; by
+    the job's events' ids, which `events` (joined before) holds, so the events are not read
+    again."""
     event = quote(WebhookDelivery._meta.get_field("event").column)
-    job = quote(JobEvent._meta.get_field("job").column)
     return (
         "SELECT sum(count)::bigint AS count, jsonb_object_agg(state, jsonb_build_object("
         "'count', count, 'attempts', attempts, 'last_delivered_at', last_delivered_at))::text "
         "AS summary FROM "
         "(SELECT d.state, count(*) AS count, sum(d.attempts) AS attempts, "
         "max(d.delivered_at) AS last_delivered_at "
-        f"FROM {table(WebhookDelivery)} d JOIN {table(JobEvent)} e ON e.id = d.{event} "
-        f"WHERE e.{job} = j.id GROUP BY d.state) s"
+        f"FROM {table(WebhookDelivery)} d WHERE d.{event} = ANY(events.ids) GROUP BY d.state) s"
     )
 
 

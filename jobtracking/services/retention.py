@@ -72,6 +72,13 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
         archived = None
         if settings.JOBS_ARCHIVE_BEFORE_PURGE and doomed:
             archived = jobs_archive_started(job_ids=doomed, run=run, beside=beside)
+            if beside:
+                # The deletes' foreign-key checks (deferred: a query or two per row deleted and
+                # table referencing it, most of a chunk's commit) run as each delete does, while
+                # the parts are written, not after the wait. Nothing commits any sooner; this
+                # transaction is the outermost, so the setting ends with it.
+                with connection.cursor() as cursor:
+                    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         files = list(
             ExtractionJob.objects.filter(pk__in=locked)
             .exclude(upload="")

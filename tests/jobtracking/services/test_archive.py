@@ -12,13 +12,14 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from jobtracking.engine.tasks import purge_expired_jobs
 from jobtracking.infra import archive_storage
 from jobtracking.models import (
     ArchivedJob,
+    Batch,
     ExtractionJob,
     ExtractionResult,
     JobEvent,
@@ -29,8 +30,10 @@ from jobtracking.services import SYSTEM, job_cancel
 from jobtracking.services import archive as archive_module
 from jobtracking.services import retention as retention_module
 from jobtracking.services.archive import ArchiveRun
+from jobtracking.services.batch_completion import batch_events_write
 from jobtracking.services.retention import jobs_purge
 from tests.factories import (
+    BatchFactory,
     ExtractionResultFactory,
     WebhookDeliveryFactory,
     WebhookSubscriptionFactory,
@@ -263,6 +266,67 @@ def test_a_run_keeps_its_writers_and_deletes_the_jobs_before_the_wait(archive, m
     assert sorted(ArchivedJob.objects.values_list("file_id", flat=True)) == [
         f"kept-{n}" for n in range(4)
     ]
+
+
+def test_the_index_keeps_the_jobs_fields_as_they_were(archive):
+    """Taken from the deleted rows and read back by PostgreSQL: quotes, commas, braces and
+    backslashes, a text "NULL", a null and a time each arrive as they were."""
+    job = finished_job('grant "7", {budget}\\2026.csv')
+    ExtractionJob.objects.filter(pk=job.pk).update(external_job_id="NULL")
+    job.refresh_from_db()
+    assert jobs_purge(ids=[job.pk]) == 1
+    entry = ArchivedJob.objects.get(pk=job.pk)
+    indexed = archive_module.INDEXED.items()
+    assert [getattr(entry, ArchivedJob._meta.get_field(own).attname) for own, _ in indexed] == [
+        getattr(job, ExtractionJob._meta.get_field(taken).attname) for _, taken in indexed
+    ]
+    assert entry.file_id == 'grant "7", {budget}\\2026.csv' and entry.external_job_id == "NULL"
+    assert entry.requested_by_id is None and entry.completed_at is not None
+
+
+def checked_at_once() -> bool:
+    """Whether this transaction checks its foreign keys as each statement runs: a result of a
+    job that does not exist is refused at once (else only at commit: it is taken back here)."""
+    try:
+        with transaction.atomic():
+            ExtractionResult.objects.create(
+                job_id=uuid.uuid4(), attempt=1, payload={}, content_sha256="", size_bytes=0
+            )
+    except IntegrityError:
+        return True
+    ExtractionResult.objects.filter(content_sha256="", size_bytes=0).delete()
+    return False
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("seeded_statuses")
+def test_beside_the_parts_the_deletes_are_checked_before_the_wait(archive, monkeypatch):
+    """The deletes' foreign-key checks run with the deletes, while the parts are written, not
+    at commit after the wait; a batch's too, which goes with its last job."""
+    job = finished_job("checked")
+    batch = BatchFactory(closed=True)
+    ExtractionJob.objects.filter(pk=job.pk).update(batch=batch)
+    batch_events_write([batch], "batch.created")
+    at_the_wait = []
+    waited = retention_module.archived_jobs_insert
+
+    def archived_jobs_insert(parts, jobs):
+        at_the_wait.append(checked_at_once())
+        return waited(parts, jobs)
+
+    monkeypatch.setattr(retention_module, "archived_jobs_insert", archived_jobs_insert)
+    assert jobs_purge(ids=[job.pk]) == 1
+    assert at_the_wait == [True]
+    assert not Batch.objects.exists() and not JobEvent.objects.exists()
+    assert ArchivedJob.objects.get().file_id == "checked"
+
+
+def test_inside_a_transaction_the_purge_leaves_its_checks_deferred(archive):
+    """A caller's transaction (which the parts cannot be written beside) keeps its foreign-key
+    checks for its commit: the purge's setting would outlive the purge there."""
+    job = finished_job("deferred")
+    assert jobs_purge(ids=[job.pk]) == 1
+    assert not checked_at_once()
 
 
 def test_a_record_without_files_is_put_together_as_one_with_files(archive):
