@@ -264,7 +264,7 @@ class _Reading(Reading):
         super().on_headers_complete()
         names = {name.lower(): value for name, value in self.headers}
         declared = names.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit:
+        if self.status >= 200 and declared.isdigit() and int(declared) > self.limit:
             self.declared, self.truncated = int(declared), True  # not read
         encoding = names.get(b"content-encoding", b"").decode("latin-1").strip().lower()
         self.decoder = _decoder(encoding)
