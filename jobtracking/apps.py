@@ -1,6 +1,7 @@
 from axes.apps import AppConfig as AxesConfig
 from django.apps import AppConfig
 from django.conf import settings
+from django.db.backends.signals import connection_created
 from django.db.models.signals import pre_delete
 
 
@@ -10,8 +11,11 @@ class JobtrackingConfig(AppConfig):
     verbose_name = "Job tracking"
 
     def ready(self) -> None:
+        from jobtracking.infra.timestamps import use_compiled_timestamps
         from jobtracking.infra.tracing import configure_from_environment
         from jobtracking.services.subscriptions import subscriptions_end_with_their_creator
+
+        connection_created.connect(use_compiled_timestamps, dispatch_uid="compiled_timestamps")
 
         # Before any request is served: Django's instrumentation adds its middleware.
         configure_from_environment()

@@ -17,17 +17,17 @@ from datetime import timedelta
 from typing import Any, BinaryIO
 from urllib.parse import urlencode, urlsplit
 
-import urllib3
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from urllib3 import HTTPHeaderDict
 
 from extraction.clients.transport import (
+    AnswerTooLarge,
     Body,
+    Interrupted,
     Transport,
     TransportError,
     TransportTimeout,
-    body_chunks,
 )
 from extraction.errors import (
     SOURCE_CODES,
@@ -250,49 +250,33 @@ class ExtractorClient(ABC):
         if params:
             url += ("&" if "?" in url else "?") + urlencode(params)
         timeout = (self.config.connect_timeout, self.config.read_timeout)
+        limit = self.config.max_response_bytes
         try:
-            raw = self.transport.send(
-                method, url, headers=with_trace_context(headers), body=body, timeout=timeout
+            answer = self.transport.send(
+                method,
+                url,
+                headers=with_trace_context(headers),
+                body=body,
+                timeout=timeout,
+                limit=limit,
             )
         except TransportTimeout:
             raise TransientExtractorError(f"{where}: timed out") from None
         except TransportError as error:
             raise TransientExtractorError(f"{where}: connection failed ({error})") from None
-        try:
-            answer = redact_bytes(self._read_bounded(raw, where), self.config.api_key)
-        finally:
-            # Read to its end, its connection is back in the pool already; else it is closed
-            # first, so that no call reads what is left of this answer.
-            raw.close()
-            raw.release_conn()
-        response = Response(raw.status, raw.headers, answer, self.config.api_key)
+        except Interrupted as error:
+            raise TransientExtractorError(f"{where}: response interrupted ({error})") from None
+        except AnswerTooLarge as error:
+            size = "" if error.declared is None else f" of {error.declared} bytes"
+            raise PermanentExtractorError(
+                f"{where}: response{size} exceeds the {limit}-byte limit",
+                code=ErrorCode.INVALID_RESPONSE,
+                http_status=error.status,
+            ) from None
+        body = redact_bytes(answer.body, self.config.api_key)
+        response = Response(answer.status, answer.headers, body, self.config.api_key)
         response.raise_for_status(where, missing_is_lost=missing_is_lost)
         return response
-
-    def _read_bounded(self, raw: urllib3.BaseHTTPResponse, where: str) -> bytes:
-        limit = self.config.max_response_bytes
-        declared = raw.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise PermanentExtractorError(
-                f"{where}: response of {declared} bytes exceeds the {limit}-byte limit",
-                code=ErrorCode.INVALID_RESPONSE,
-                http_status=raw.status,
-            )
-        chunks, size = [], 0
-        try:
-            for chunk in body_chunks(raw):
-                size += len(chunk)
-                if size > limit:
-                    raise PermanentExtractorError(
-                        f"{where}: response exceeds the {limit}-byte limit",
-                        code=ErrorCode.INVALID_RESPONSE,
-                        http_status=raw.status,
-                    )
-                chunks.append(chunk)
-        except (TransportTimeout, TransportError) as error:
-            kind = str(error) or "TimeoutError"
-            raise TransientExtractorError(f"{where}: response interrupted ({kind})") from None
-        return b"".join(chunks)
 
 
 class Response:

@@ -6,13 +6,19 @@ the workers twice urllib3's own CPU for each of the three small calls a job make
 (docs/performance.md). An extractor's calls need none of it. So requests only decides, once per
 scheme and host, where a call goes: its reading of the environment (the proxy variables with
 NO_PROXY, REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE) and its adapter's choice of pool (direct, an
-HTTP proxy or a SOCKS one, with its TLS settings). Each call then goes straight to that pool.
+HTTP proxy or a SOCKS one, with its TLS settings). Each call then takes a connection of that
+pool, connected by urllib3 (a proxy's tunnel, TLS), and writes its request and reads its answer
+itself (`extraction.http1`): urllib3 and `http.client` spent more than twice the CPU of the rest
+of a call on that (the headers written one at a time, the answer's parsed through the `email`
+package).
 
 Not reading ~/.netrc, as requests would, keeps a .netrc entry for the host from replacing the
-credentials our headers carry. Redirects are never followed and urllib3 never retries: retries
-are the engine's (job counters and due_at)."""
+credentials our headers carry. Redirects are never followed and nothing is retried: retries are
+the engine's (job counters and due_at)."""
 
 import contextlib
+import socket
+import ssl
 import threading
 from collections.abc import Iterable, Mapping, Sized
 from dataclasses import dataclass
@@ -22,7 +28,12 @@ from urllib.parse import urlsplit
 
 import requests
 import urllib3
-from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
+from urllib3 import HTTPHeaderDict
+from urllib3.exceptions import HTTPError, NewConnectionError, ProxyError
+from urllib3.response import ContentDecoder, DeflateDecoder, GzipDecoder, MultiDecoder
+from urllib3.util.proxy import connection_requires_http_tunnel
+
+from extraction.http1 import BadAnswer, Reading, read_answer, request_head, request_target
 
 USER_AGENT = f"fluxx-extraction-jobs/{version('extraction-job-tracking')}"
 # The answers' encodings urllib3 decodes (`HTTPResponse.stream(decode_content=True)`).
@@ -45,8 +56,29 @@ class TransportTimeout(Exception):
 
 
 class TransportError(Exception):
-    """The call failed on the way: refused, reset, a TLS or proxy failure. Its message names the
-    kind of failure only."""
+    """The call failed on the way: refused, reset, a TLS or proxy failure, no answer. Its message
+    names the kind of failure only."""
+
+
+class Interrupted(Exception):
+    """The answer's status came, then its body failed: cut short, undecodable, or too slow
+    ("TimeoutError"). Its message names the kind of failure only."""
+
+
+class AnswerTooLarge(Exception):
+    """The answer's body is longer than the caller's limit; `declared`: the length its headers
+    announced, when they did."""
+
+    def __init__(self, status: int, declared: int | None) -> None:
+        super().__init__(status, declared)
+        self.status, self.declared = status, declared
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: HTTPHeaderDict
+    body: bytes  # decoded
 
 
 @dataclass(frozen=True)
@@ -113,34 +145,172 @@ class Transport:
         headers: Mapping[str, str],
         body: Body = None,
         timeout: tuple[float, float],
-    ) -> urllib3.BaseHTTPResponse:
-        """Send one call; the answer's body is left to read (`preload_content=False`) and its
-        connection goes back to the pool once it is read or closed."""
+        limit: int,
+    ) -> Answer:
+        """Send one call and read its answer, its body decoded (gzip, deflate) and at most `limit`
+        bytes long (else `AnswerTooLarge`). The request is written and the answer read on the
+        pool's connection (`extraction.http1`); urllib3 makes the connection (through the
+        route's proxy, with its TLS settings) and keeps it. A connection goes back to the pool
+        only once its answer has been read to its end and nothing came after it."""
+        connect_timeout, read_timeout = timeout
         try:
             route = self.route(url)
             parts = urlsplit(url)
-            target = url if route.absolute else (parts.path or "/") + _query(parts.query)
-            all_headers = {"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING, **headers}
-            if body is not None and not isinstance(body, bytes):
-                all_headers["Content-Length"] = str(len(body))
-            return route.pool.urlopen(
-                method,
-                target,
-                body=body,
-                headers=all_headers,
-                redirect=False,
-                assert_same_host=False,
-                preload_content=False,
-                decode_content=False,
-                retries=False,
-                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+            tunnel = connection_requires_http_tunnel(
+                route.pool.proxy, route.pool.proxy_config, parts.scheme
             )
+            fields = {
+                "Host": _ascii(parts.netloc.rpartition("@")[2]),
+                "User-Agent": USER_AGENT,
+                "Accept-Encoding": ACCEPT_ENCODING,
+                **headers,
+            }
+            if not tunnel:  # (a forwarding proxy's; none without a proxy)
+                fields.update(route.pool.proxy_headers)
+            if body is not None or method in _METHODS_EXPECTING_BODY:
+                fields["Content-Length"] = str(len(body or b""))
+            target = url if route.absolute else request_target(parts)
+            head = request_head(method, target, fields)
+            conn = _connected(route.pool, tunnel, connect_timeout)
         except NewConnectionError as error:  # (urllib3 makes it a kind of connect timeout)
             raise TransportError(type(error).__name__) from None
-        except TimeoutError:
+        except (TimeoutError, urllib3.exceptions.TimeoutError):
             raise TransportTimeout() from None
+        except ssl.SSLError:
+            raise TransportError("SSLError") from None
         except (HTTPError, OSError, ValueError, requests.RequestException) as error:
             raise TransportError(type(error).__name__) from None
+        reading, reusable = _Reading(limit), False
+        try:
+            _write(conn.sock, head, body)
+            conn.sock.settimeout(read_timeout)
+            read_answer(conn.sock, reading)
+            answer = reading.answer()
+            reusable = reading.complete and reading.keep_alive and not reading.more
+            return answer
+        except TimeoutError:
+            if reading.status is None:
+                raise TransportTimeout() from None
+            raise Interrupted("TimeoutError") from None
+        except (OSError, BadAnswer):
+            # (urllib3's word for an answer cut short, or for none at all)
+            kind = "DecodeError" if reading.undecodable else "ProtocolError"
+            if reading.status is None:
+                raise TransportError(kind) from None
+            raise Interrupted(kind) from None
+        finally:
+            if not reusable:
+                conn.close()
+            # (None, as `urlopen` puts after a failure: the pool's next call makes a new one.)
+            route.pool._put_conn(conn if reusable else None)
+
+
+# Methods whose request carries a length even without a body (as `http.client` sends them).
+_METHODS_EXPECTING_BODY = frozenset({"PATCH", "POST", "PUT"})
+
+
+def _connected(
+    pool: urllib3.HTTPConnectionPool, tunnel: bool, connect_timeout: float
+) -> urllib3.connection.HTTPConnection:
+    """A connection of the pool: a kept-alive one still open, or a new one, connected as the
+    pool's `urlopen` connects it (a proxy's tunnel first where one is needed; a failure to
+    reach the proxy is a `ProxyError`). Taken with the pool's own methods, since `urlopen`
+    would also write the request and read the answer."""
+    conn = pool._get_conn()
+    if conn.is_closed:
+        conn.timeout = connect_timeout
+        try:
+            if tunnel:
+                pool._prepare_proxy(conn)  # CONNECT, then TLS inside the tunnel
+            else:
+                conn.connect()
+        except (OSError, HTTPError) as error:
+            to_proxy = conn.proxy is not None and not conn.has_connected_to_proxy
+            conn.close()
+            pool._put_conn(None)
+            if to_proxy:
+                raise ProxyError("Unable to connect to proxy", error) from error
+            raise
+    conn.sock.settimeout(connect_timeout)
+    return conn
+
+
+def _write(sock: socket.socket, head: bytes, body: Body) -> None:
+    """The request, the head and a small body in one send. A peer that stops reading (and
+    closes) may already have answered: its answer is read all the same."""
+    try:
+        if body is None or (isinstance(body, bytes) and len(body) <= 65536):
+            sock.sendall(head + (body or b""))
+            return
+        sock.sendall(head)
+        for chunk in [body] if isinstance(body, bytes) else body:
+            sock.sendall(chunk)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+class _Reading(Reading):
+    """An extractor's answer: its headers kept, its body decoded as it comes (so that the
+    limit bounds what it decodes to)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit, headers=True)
+        self.decoder: ContentDecoder | None = None
+        self.undecodable = False
+        self.declared: int | None = None
+        self.framed = True  # by a length or chunks, not by the connection's end
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        names = {name.lower(): value for name, value in self.headers}
+        declared = names.get(b"content-length", b"")
+        if self.status >= 200 and declared.isdigit() and int(declared) > self.limit:
+            self.declared, self.truncated = int(declared), True  # not read
+        encoding = names.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+        self.decoder = _decoder(encoding)
+        self.framed = b"content-length" in names or b"transfer-encoding" in names
+
+    def on_body(self, chunk: bytes) -> None:
+        if self.decoder is not None:
+            try:
+                chunk = self.decoder.decompress(chunk, max_length=self.limit - len(self.body) + 1)
+            except urllib3.response.HTTPResponse.DECODER_ERROR_CLASSES:
+                self.undecodable = True
+                raise
+        super().on_body(chunk)
+
+    def answer(self) -> Answer:
+        if self.truncated:
+            raise AnswerTooLarge(self.status, self.declared)
+        if not self.complete and self.framed:
+            raise BadAnswer()  # its body cut short
+        if self.decoder is not None:
+            try:
+                rest = self.decoder.decompress(b"") + self.decoder.flush()
+            except urllib3.response.HTTPResponse.DECODER_ERROR_CLASSES:
+                self.undecodable = True
+                raise BadAnswer() from None
+            super().on_body(rest)
+            if self.truncated:
+                raise AnswerTooLarge(self.status, None)
+        headers = HTTPHeaderDict()
+        for name, value in self.headers:
+            headers.add(name.decode("latin-1"), value.decode("latin-1"))
+        return Answer(self.status, headers, bytes(self.body))
+
+
+def _decoder(encoding: str) -> ContentDecoder | None:
+    """urllib3's decoder for a Content-Encoding it decodes, as its answers choose it."""
+    if encoding in ("gzip", "x-gzip"):
+        return GzipDecoder()
+    if encoding == "deflate":
+        return DeflateDecoder()
+    if "," in encoding and any(e.strip() in _DECODED for e in encoding.split(",")):
+        return MultiDecoder(encoding)
+    return None
+
+
+_DECODED = ("gzip", "x-gzip", "deflate")
 
 
 def _origin(url: str) -> tuple[str, str]:
@@ -150,16 +320,6 @@ def _origin(url: str) -> tuple[str, str]:
     return parts.scheme.lower(), parts.netloc.lower()
 
 
-def _query(query: str) -> str:
-    return f"?{query}" if query else ""
-
-
-def body_chunks(raw: urllib3.BaseHTTPResponse) -> Iterable[bytes]:
-    """The answer's body, decoded (gzip, deflate), a chunk at a time; the caller bounds it.
-    Raises `TransportTimeout` or `TransportError` if it stops coming."""
-    try:
-        yield from raw.stream(65536, decode_content=True)
-    except TimeoutError:
-        raise TransportTimeout() from None
-    except (HTTPError, OSError) as error:
-        raise TransportError(type(error).__name__) from None
+def _ascii(netloc: str) -> str:
+    """A Host header's value: an international name in its IDNA form."""
+    return netloc if netloc.isascii() else netloc.encode("idna").decode("ascii")

@@ -2,7 +2,7 @@
 (`urlsafety.check_public_url`) whatever the name resolves to by the time of the call; the Host
 header, TLS SNI and the certificate check keep the name.
 
-Written on sockets, with httptools (llhttp, Node.js's HTTP parser) reading the answers: the
+Written on sockets, with httptools reading the answers (`extraction.http1`): the
 delivery lane sends thousands of POSTs a minute, and `http.client` cost each about five times
 the CPU of the socket calls themselves, urllib3's pool twice that again (docs/performance.md).
 What the lane needs is here: a connect timeout apart from the answer's, connections kept alive
@@ -12,7 +12,6 @@ proxy or redirect.
 """
 
 import functools
-import re
 import select
 import socket
 import ssl
@@ -20,24 +19,24 @@ import threading
 import time
 from collections import OrderedDict
 from typing import NamedTuple
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import certifi
-import httptools
 from django.conf import settings
 
+from extraction.http1 import (
+    NOT_IN_A_HEADER,
+    BadAnswer,
+    Reading,
+    read_answer,
+    request_head,
+    request_target,
+)
 from extraction.urlsafety import UnsafeURLError, check_public_url, port_of
 
 # The most of an answer's body read; a longer one is not read to its end (its connection is
 # dropped). Far more than any excerpt, far less than a receiver could send.
 ANSWER_BYTES = 64 * 1024
-# A status line and headers longer than this are not an answer.
-HEAD_BYTES = 64 * 1024
-# What a path and query may hold as they are (`requests` quotes the same way); the rest, spaces,
-# control and non-ASCII characters included, is percent-encoded.
-_PATH_SAFE = "!#$%&'()*+,/:;=?@[]~"
-# What would end a request's line early: line breaks, and NUL.
-_NOT_IN_A_HEADER = re.compile(r"[\r\n\0]")
 
 
 class ConnectError(OSError):
@@ -46,14 +45,6 @@ class ConnectError(OSError):
 
 class ConnectTimeout(ConnectError):
     """The receiver did not accept a connection, or finish the TLS handshake, in time."""
-
-
-class Disconnected(ConnectionResetError):
-    """The receiver closed the connection before its answer's headers."""
-
-
-class BadAnswer(Exception):
-    """The receiver's answer is not HTTP/1.x (or asks to switch protocols)."""
 
 
 class Answer(NamedTuple):
@@ -81,14 +72,14 @@ def checked_target(url: str) -> Target:
     """Where `url`'s POSTs go, once the guard approved it (else `UnsafeURLError`)."""
     addresses = check_public_url(url)
     parts = urlsplit(url)
-    if _NOT_IN_A_HEADER.search(parts.netloc):  # an IPv6 zone may hold anything
+    if NOT_IN_A_HEADER.search(parts.netloc):  # an IPv6 zone may hold anything
         raise UnsafeURLError("The URL's host holds a control character.")
     return Target(
         parts.scheme,
         parts.hostname,
         port_of(parts),
         addresses[0] if addresses else None,
-        quote(urlunsplit(("", "", parts.path or "/", parts.query, "")), safe=_PATH_SAFE),
+        request_target(parts),
         _ascii(parts.netloc),
     )
 
@@ -233,91 +224,22 @@ def _request(target: Target, body: bytes, headers: dict[str, str]) -> bytes:
         **headers,
         "Content-Length": str(len(body)),
     }
-    if any(_NOT_IN_A_HEADER.search(f"{name}{value}") for name, value in fields.items()):
-        raise ValueError("A header holds a line break.")
-    head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
-    return f"POST {target.path} HTTP/1.1\r\n{head}\r\n".encode("ascii") + body
-
-
-class _PastTheAnswer(Exception):
-    """Bytes after the answer: the parser stops there, keeping the answer as it was."""
-
-
-class _Reading:
-    """httptools' callbacks for one answer: its status and the start of its body. Interim
-    answers (1xx) are skipped; an answer that is not HTTP/1.x is a `BadAnswer`."""
-
-    def __init__(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.status: int | None = None
-        self.body = bytearray()
-        self.complete = self.truncated = self.more = self.keep_alive = False
-
-    def on_message_begin(self) -> None:
-        if self.complete:  # no request asked for another
-            self.more = True
-            raise _PastTheAnswer()
-
-    def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if status < 100 or self.parser.get_http_version() not in ("1.0", "1.1"):
-            raise BadAnswer()
-        self.status = status
-        self.keep_alive = self.parser.should_keep_alive()  # the parser forgets it once done
-
-    def on_body(self, chunk: bytes) -> None:
-        room = ANSWER_BYTES - len(self.body)
-        self.body += chunk[:room]
-        self.truncated = self.truncated or len(chunk) > room
-
-    def on_message_complete(self) -> None:
-        if self.status is not None and 100 <= self.status < 200:
-            self.status = None
-        else:
-            self.complete = True
-
-    def feed(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as bad:
-            if not self.complete:
-                raise BadAnswer() from bad
-            self.more = True
+    return request_head("POST", target.path, fields) + body
 
 
 def _answer(sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
     """The answer read from `sock` by `deadline`, and whether its connection may be reused (the
     answer read to its end, and kept alive). Once its status is in, the receiver has answered:
     a body that fails or does not end in time leaves the answer as it came."""
-    reading = _Reading()
+    reading = Reading(ANSWER_BYTES)
     try:
-        _read(sock, deadline, reading)
+        read_answer(sock, reading, deadline)
     except (OSError, BadAnswer):
         if reading.status is None:
             raise
         return Answer(reading.status, bytes(reading.body)), False
     reusable = reading.complete and reading.keep_alive and not reading.more
     return Answer(reading.status, bytes(reading.body)), reusable
-
-
-def _read(sock: socket.socket, deadline: float, reading: _Reading) -> None:
-    received = 0
-    while not (reading.complete or reading.truncated):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError()
-        sock.settimeout(remaining)
-        data = sock.recv(65536)
-        if not data:
-            if reading.status is None:
-                raise Disconnected()
-            return  # a body that ends with the connection
-        received += len(data)
-        if reading.status is None and received > HEAD_BYTES:
-            raise BadAnswer()
-        reading.feed(data)
-        if received > HEAD_BYTES + ANSWER_BYTES:
-            return  # chunk extensions or trailers without end: neither head nor body
 
 
 def post(

@@ -17,6 +17,7 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 from werkzeug import Response
 
+from extraction.http1 import BadAnswer, Disconnected
 from jobtracking.engine.delivery_lane import deliveries_send_due
 from jobtracking.models import DeliveryAttempt, JobEvent, WebhookDelivery, WebhookSubscription
 from jobtracking.services import Actor, NewJob, job_cancel, job_create
@@ -32,7 +33,7 @@ from jobtracking.webhooks.sending import (
     subscription_secrets,
     wants,
 )
-from jobtracking.webhooks.transport import BadAnswer, ConnectError, ConnectTimeout, Disconnected
+from jobtracking.webhooks.transport import ConnectError, ConnectTimeout
 from tests.factories import ExtractorFactory, UserFactory, WebhookSubscriptionFactory
 from tests.jobtracking.api.conftest import assert_problem, client_for, service_account
 from tests.names import resolve_as

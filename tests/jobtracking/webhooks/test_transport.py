@@ -9,9 +9,10 @@ import time
 import pytest
 import trustme
 
+from extraction.http1 import HEAD_BYTES, BadAnswer, Disconnected
 from extraction.urlsafety import UnsafeURLError
 from jobtracking.webhooks import transport
-from jobtracking.webhooks.transport import ANSWER_BYTES, BadAnswer, Disconnected, checked_target
+from jobtracking.webhooks.transport import ANSWER_BYTES, checked_target
 from tests.processes import wait_until
 from tests.receivers import KeepAliveReceiver
 
@@ -175,7 +176,7 @@ def test_a_body_that_ends_with_the_connection_is_an_answer(loopback):
             BadAnswer,
         ),
         (
-            (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * transport.HEAD_BYTES + b"\r\n\r\n",),
+            (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * HEAD_BYTES + b"\r\n\r\n",),
             BadAnswer,
         ),
     ],
