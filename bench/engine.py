@@ -46,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -54,6 +55,7 @@ import psycopg
 import requests
 
 from bench import setup
+from bench.off import swapped
 
 SAMPLES = Path(__file__).resolve().parent.parent / "extraction" / "sandbox" / "samples"
 MONITOR_ROLE = "bench_monitor"
@@ -233,9 +235,10 @@ class Stack:
 
 
 def start_stack(
-    *, workers: int, clusters: int, dispatchers: int, slots: int = 0, sandbox_args=()
+    *, workers: int, clusters: int, dispatchers: int, slots: int = 0, sandbox_args=(), off=""
 ) -> Stack:
-    """`slots`: the machine's compute slots (0, the default: its cores)."""
+    """`slots`: the machine's compute slots (0, the default: its cores); `off`: an engine feature
+    every process of the stack runs without (`bench.off`), for an A/B's "without" runs."""
     from tests.processes import answers, free_port, start_command, wait_until
 
     port = free_port()
@@ -246,6 +249,8 @@ def start_stack(
         "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
         "JOBS_COMPUTE_SLOTS": str(slots),
     }
+    if off:
+        env |= {"DJANGO_SETTINGS_MODULE": "bench.off_settings", "BENCH_OFF": off}
     sandbox = start_command("run_sandbox_extractor", "--port", str(port), *sandbox_args, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: answers(f"{url}/healthz"), 30, "the sandbox")
@@ -378,6 +383,7 @@ def run_jobs(
     ours = sum(after[name] - before[name] for name in after)
     return {
         "label": label,
+        "extractor": extractor.pk,
         "jobs": count,
         "created_s": created,
         "wall_s": elapsed,
@@ -393,6 +399,60 @@ def run_jobs(
         # Cores that other processes kept busy during the run, on average: the noise.
         "others_cores": max(0.0, machine - ours) / elapsed,
     }
+
+
+def engine_cpu(run: dict) -> float:
+    """CPU ms a job of the engine's processes and PostgreSQL: all but the stand-in extractor."""
+    return sum(ms for name, ms in run["cpu"].items() if name != "sandbox")
+
+
+def feature_ab(
+    feature: str, name: str, count: int, rounds: int, shown: Callable[[int], tuple[int, str]]
+) -> list[dict]:
+    """The engine's rate with an engine feature against without, in one sitting: `count` jobs a
+    run through a fresh stack of two workers and a dispatcher, each round a run without the
+    feature (every process, this one's creation included, on `bench.off`'s stand-ins) and one
+    with it, the order swapped each round so that the machine's drift favours neither side.
+    `shown(extractor id)` counts what a run wrote that shows the feature, and says it: a run
+    without must show nothing and a run with it something, or the A/B measured one thing twice.
+    Prints every run and the median of the rounds' ratios (the figure: each round's two runs are
+    back to back, the least touched by the drift, as in bench.api), the ratio of the medians and
+    of the engine's CPU a job; returns the runs."""
+    monitor = Monitor(os.environ["DATABASE_URL"])
+    files, file_server = serve_samples()
+    stack = {"workers": 2, "clusters": 1, "dispatchers": 1}
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    try:
+        for round_ in range(1, rounds + 1):
+            for on in (False, True) if round_ % 2 else (True, False):
+                label = f"{'with' if on else 'without'} {name}"
+                with contextlib.nullcontext() if on else swapped(feature):
+                    run = run_jobs(
+                        monitor, files, count, label, stack if on else stack | {"off": feature}
+                    )
+                found, said = shown(run["extractor"])
+                assert bool(found) == on, f"{label}: {said}"
+                runs[on].append(run)
+                print(
+                    f"round {round_}, {label}: {run['rate']:.1f} jobs/s; CPU ms a job "
+                    f"{engine_cpu(run):.2f} (workers {run['cpu']['workers']:.2f}, PostgreSQL "
+                    f"{run['cpu']['postgres']:.2f}); {run['statements']:.1f} statements, "
+                    f"{run['commits']:.2f} commits a job; {said}; {run['outcome']}; others kept "
+                    f"{run['others_cores']:.2f} cores busy; load average {os.getloadavg()[0]:.1f}"
+                )
+    finally:
+        file_server.terminate()
+    with_, without = (statistics.median(run["rate"] for run in runs[on]) for on in (True, False))
+    ratios = [w["rate"] / wo["rate"] for w, wo in zip(runs[True], runs[False], strict=True)]
+    cpu_with, cpu_without = (statistics.median(map(engine_cpu, runs[on])) for on in (True, False))
+    print(
+        f"engine with {name}, {count:,} jobs a run: median of the rounds' ratios "
+        f"{statistics.median(ratios):.3f}x (rounds: {', '.join(f'{r:.3f}' for r in ratios)}; "
+        f"target >= 0.95x); medians {with_:.1f} jobs/s with, {without:.1f} without -> "
+        f"{with_ / without:.3f}x; CPU ms a job {cpu_with:.2f} with, {cpu_without:.2f} without -> "
+        f"{cpu_without / cpu_with:.3f}x"
+    )
+    return [*runs[False], *runs[True]]
 
 
 def floor(monitor: Monitor, tasks: int) -> float:

@@ -13,8 +13,8 @@ recording against without, in one sitting (run under `PG_DURABLE=1 .ci/with_post
    worst and the pooled one beside it), with the load average; then how fast the rollup
    folds the tail.
 2. Engine. `BENCH_USAGE_JOBS` jobs through the sandbox on a fresh two-worker stack, without usage
-   recording (processes on `bench.usage_off_settings`) and with it, alternating for
-   `BENCH_USAGE_ROUNDS` rounds; it prints every run's jobs/s, the median of the rounds' ratios
+   recording (`bench.off`'s "usage") and with it, alternating for `BENCH_USAGE_ROUNDS` rounds
+   (`bench.engine.feature_ab`); it prints every run's jobs/s, the median of the rounds' ratios
    (target >= 0.95x) and the ratio of the medians, and the usage rows each run wrote (one per
    job with recording, none without).
 
@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from bench import setup
-from bench.engine import Monitor, run_jobs, serve_samples
+from bench.engine import feature_ab
 
 ROWS = int(os.environ.get("BENCH_USAGE_ROWS", 10_000_000))
 TAIL = int(os.environ.get("BENCH_USAGE_TAIL", 6_000))
@@ -43,7 +43,6 @@ PORTABLE = os.environ.get("BENCH_USAGE_PORTABLE", "1") == "1"
 JOBS = int(os.environ.get("BENCH_USAGE_JOBS", 3_000))
 ROUNDS = int(os.environ.get("BENCH_USAGE_ROUNDS", 3))
 CLIENTS, DAYS = 500, 365
-OFF_SETTINGS = "bench.usage_off_settings"
 
 
 def generate(count: int, *, rolled_up: bool, days: int, first: int) -> None:
@@ -203,42 +202,12 @@ def summary_timings() -> None:
     print(f"rollup: folded {folded:,} rows in {seconds * 1000:.0f} ms ({rate:,.0f} rows/s)")
 
 
-def engine_rates() -> None:
+def usage_rows(extractor_id: int) -> tuple[int, str]:
+    """A run's usage rows: one a job with recording, none without."""
     from jobtracking.models import UsageRecord
 
-    monitor = Monitor(os.environ["DATABASE_URL"])
-    files, file_server = serve_samples()
-    stack = {"workers": 2, "clusters": 1, "dispatchers": 1}
-    rates: dict[str, list[float]] = {"without": [], "with": []}
-    settings_module = os.environ["DJANGO_SETTINGS_MODULE"]
-    try:
-        for round_ in range(ROUNDS):
-            for label in ("without", "with"):
-                os.environ["DJANGO_SETTINGS_MODULE"] = (
-                    OFF_SETTINGS if label == "without" else settings_module
-                )
-                before = UsageRecord.objects.count()
-                run = run_jobs(monitor, files, JOBS, f"{label} usage", stack)
-                written = UsageRecord.objects.count() - before
-                rates[label].append(run["rate"])
-                print(
-                    f"round {round_ + 1}, {label} usage recording: {run['rate']:.1f} jobs/s, "
-                    f"{run['statements']:.1f} statements and {run['commits']:.2f} commits a job, "
-                    f"{written:,} usage rows for {JOBS:,} jobs ({run['outcome']})"
-                )
-    finally:
-        os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
-        file_server.terminate()
-    without, with_ = statistics.median(rates["without"]), statistics.median(rates["with"])
-    # Each round's two runs are back to back: their ratio is the least touched by the
-    # machine's drift, so the median of the rounds' ratios is the figure (as in bench.api).
-    ratios = [w / wo for w, wo in zip(rates["with"], rates["without"], strict=True)]
-    print(
-        f"engine with usage recording: median of the rounds' ratios "
-        f"{statistics.median(ratios):.2f}x (rounds: {', '.join(f'{r:.2f}' for r in ratios)}; "
-        f"target >= 0.95x); medians {with_:.1f} jobs/s with, {without:.1f} without -> "
-        f"{with_ / without:.2f}x"
-    )
+    rows = UsageRecord.objects.filter(extractor_id=extractor_id).count()
+    return rows, f"{rows:,} usage rows"
 
 
 def main() -> None:
@@ -249,7 +218,7 @@ def main() -> None:
         prepare()
         summary_timings()
         if JOBS:
-            engine_rates()
+            feature_ab("usage", "usage recording", JOBS, ROUNDS, usage_rows)
     finally:
         connection.close()
 

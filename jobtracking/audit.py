@@ -30,7 +30,13 @@ def _normalized(value: Any) -> Any:
     return value
 
 
+# Values that hold no float: most details are a flat dict of these, checked at C speed.
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
 def _has_float(value: Any) -> bool:
+    if type(value) is dict and set(map(type, value.values())) <= _SCALARS:
+        return False
     if isinstance(value, float):
         return True
     if isinstance(value, dict):
@@ -79,16 +85,21 @@ def canonical_change(
         "actor_type": actor_type,
         "attempt": attempt,
         "changed_at": _moment(changed_at),
-        "details": _DETAILS,
+        "details": _normalized(details) if _has_float(details) else details,
         "from": from_status,
-        "job": str(job_id),
+        "job": job_id,  # orjson writes a UUID as its canonical text
         "prev": prev_hash,
         "reason": reason,
         "to": to_status,
         "v": CANONICAL_VERSION,
     }
-    head, tail = _dumps(content).split(_DETAILS_JSON, 1)
-    return head + canonical_details(details) + tail
+    try:  # one call, not two and a split: orjson writes the details inside as it does alone
+        return orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # details orjson refuses (an integer beyond 64 bits): written apart
+        head, tail = _dumps(content | {"details": _DETAILS, "job": str(job_id)}).split(
+            _DETAILS_JSON, 1
+        )
+        return head + canonical_details(details) + tail
 
 
 # The details' place in a change's canonical text: a canonical text is the rest around the

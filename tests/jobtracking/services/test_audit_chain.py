@@ -5,6 +5,7 @@ reaches no row, event or message."""
 import io
 import logging
 import threading
+import uuid
 
 import orjson
 import pytest
@@ -21,7 +22,13 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from jobtracking import states
-from jobtracking.audit import GENESIS, change_canonical, digest
+from jobtracking.audit import (
+    GENESIS,
+    canonical_change,
+    canonical_details,
+    change_canonical,
+    digest,
+)
 from jobtracking.infra.signing import SigningKeyError, public_key_bytes, sign
 from jobtracking.models import (
     ArchivedJob,
@@ -115,6 +122,35 @@ def test_audit_chain_canonical_form_survives_jsonb(signing_key):
     )
     assert verify().broken is None
     assert history(job)[-1].details["z"] == 10**20
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        {"external_status": "running", "http_status": 200, "progress": 50},
+        {"z": 1e20, "a": [1.0, 0.1, {"y": 2.0, "b": None}], "é\u2028": '\x00"😀'},
+        {"big": 2**64, "list": [1.0, -(2**70)]},  # beyond orjson: the standard library's
+        {1: "a key that is not a string", "b": {2: 3.0}},
+    ],
+)
+def test_audit_canonical_change_writes_details_as_verify_audit_does(details):
+    """verify_audit has PostgreSQL write the text around the details and writes them with
+    `canonical_details`: the writer's text must be that, byte for byte."""
+    row = {
+        "job_id": uuid.uuid4(),
+        "attempt": 1,
+        "from_status": states.SUBMITTED,
+        "to_status": states.PROCESSING,
+        "changed_at": timezone.now(),
+        "actor_type": "system",
+        "actor_id": None,
+        "reason": "",
+        "prev_hash": GENESIS,
+    }
+    head, tail = canonical_change(**row, details={}).split(b'"details":{}')
+    assert canonical_change(**row, details=details) == (
+        head + b'"details":' + canonical_details(details) + tail
+    )
 
 
 def test_audit_chain_has_no_fork_under_concurrent_writers(seeded_statuses, signing_key):
