@@ -51,8 +51,9 @@ def jobs_purge(*, ids: list, run: ArchiveRun | None = None) -> int:
         with ArchiveRun() as run:
             return jobs_purge(ids=ids, run=run)
     # The archive is written beside this transaction, on connections of its own, unless a
-    # transaction encloses this one: another connection could not see that one's rows.
-    beside = not connection.in_atomic_block
+    # transaction encloses this one (another connection could not see that one's rows) or the
+    # database is not PostgreSQL (the archive then refuses at once, with its reason).
+    beside = not connection.in_atomic_block and connection.vendor == "postgresql"
     with transaction.atomic():
         # Locked: a requeue (or any transition) racing this purge either got its row lock first,
         # and the job is skipped, or waits for this transaction and finds the job gone. Never

@@ -237,6 +237,20 @@ def test_outside_a_transaction_the_archive_is_written_beside_the_deletes(archive
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("seeded_statuses")
+def test_on_another_database_the_purge_refuses_with_the_archives_reason(archive, monkeypatch):
+    """Outside a transaction too: the archive is not started beside the deletes, so its reason
+    comes first, not a statement that database does not speak."""
+    job = finished_job()
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    with pytest.raises(archive_storage.ArchiveError, match="needs PostgreSQL"):
+        jobs_purge(ids=[job.pk])
+    monkeypatch.undo()
+    assert ExtractionJob.objects.filter(pk=job.pk).exists()
+    assert JobStatusChange.objects.filter(job=job).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("seeded_statuses")
 def test_a_run_keeps_its_writers_and_deletes_the_jobs_before_the_wait(archive, monkeypatch):
     """Chunk after chunk, a run's parts are written by the same threads on the same
     connections, which its end closes; and the jobs are deleted while the parts are written."""
