@@ -28,6 +28,11 @@ def request_target(parts: SplitResult) -> str:
     return quote(urlunsplit(("", "", parts.path or "/", parts.query, "")), safe=_PATH_SAFE)
 
 
+def host_header(netloc: str) -> str:
+    """A Host header's value: an international name in its IDNA form (else `UnicodeError`)."""
+    return netloc if netloc.isascii() else netloc.encode("idna").decode("ascii")
+
+
 def request_head(method: str, target: str, fields: dict[str, str]) -> bytes:
     """A request's line and headers; a header with a line break is refused (`ValueError`)."""
     if any(NOT_IN_A_HEADER.search(f"{name}{value}") for name, value in fields.items()):

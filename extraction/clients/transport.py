@@ -33,7 +33,14 @@ from urllib3.exceptions import HTTPError, NewConnectionError, ProxyError
 from urllib3.response import ContentDecoder, DeflateDecoder, GzipDecoder, MultiDecoder
 from urllib3.util.proxy import connection_requires_http_tunnel
 
-from extraction.http1 import BadAnswer, Reading, read_answer, request_head, request_target
+from extraction.http1 import (
+    BadAnswer,
+    Reading,
+    host_header,
+    read_answer,
+    request_head,
+    request_target,
+)
 
 USER_AGENT = f"fluxx-extraction-jobs/{version('extraction-job-tracking')}"
 # The answers' encodings urllib3 decodes (`HTTPResponse.stream(decode_content=True)`).
@@ -83,11 +90,13 @@ class Answer:
 
 @dataclass(frozen=True)
 class Route:
-    """Where calls to one scheme and host go: the pool, and whether the request line carries the
-    whole URL (through an HTTP proxy, for plain HTTP) or only its path."""
+    """Where calls to one scheme and host go: the pool, whether the request line carries the
+    whole URL (through an HTTP proxy, for plain HTTP) or only its path, and whether a connection
+    is a tunnel through a proxy (CONNECT, for HTTPS)."""
 
     pool: urllib3.HTTPConnectionPool
     absolute: bool
+    tunnel: bool
 
 
 class Transport:
@@ -135,7 +144,13 @@ class Transport:
         adapter, verify, proxies = self._adapter, settings["verify"], settings["proxies"]
         pool = adapter.get_connection_with_tls_context(prepared, verify, proxies=proxies)
         adapter.cert_verify(pool, prepared.url, verify, None)  # a missing CA bundle: OSError
-        return Route(pool, absolute=adapter.request_url(prepared, proxies) != prepared.path_url)
+        return Route(
+            pool,
+            absolute=adapter.request_url(prepared, proxies) != prepared.path_url,
+            tunnel=connection_requires_http_tunnel(
+                pool.proxy, pool.proxy_config, urlsplit(url).scheme
+            ),
+        )
 
     def send(
         self,
@@ -156,22 +171,19 @@ class Transport:
         try:
             route = self.route(url)
             parts = urlsplit(url)
-            tunnel = connection_requires_http_tunnel(
-                route.pool.proxy, route.pool.proxy_config, parts.scheme
-            )
             fields = {
-                "Host": _ascii(parts.netloc.rpartition("@")[2]),
+                "Host": host_header(parts.netloc.rpartition("@")[2]),
                 "User-Agent": USER_AGENT,
                 "Accept-Encoding": ACCEPT_ENCODING,
                 **headers,
             }
-            if not tunnel:  # (a forwarding proxy's; none without a proxy)
+            if not route.tunnel:  # (a forwarding proxy's; none without a proxy)
                 fields.update(route.pool.proxy_headers)
             if body is not None or method in _METHODS_EXPECTING_BODY:
                 fields["Content-Length"] = str(len(body or b""))
             target = url if route.absolute else request_target(parts)
             head = request_head(method, target, fields)
-            conn = _connected(route.pool, tunnel, connect_timeout)
+            conn = _connected(route.pool, route.tunnel, connect_timeout)
         except NewConnectionError as error:  # (urllib3 makes it a kind of connect timeout)
             raise TransportError(type(error).__name__) from None
         except (TimeoutError, urllib3.exceptions.TimeoutError):
@@ -318,8 +330,3 @@ def _origin(url: str) -> tuple[str, str]:
     its host and port (matched against NO_PROXY)."""
     parts = urlsplit(url)
     return parts.scheme.lower(), parts.netloc.lower()
-
-
-def _ascii(netloc: str) -> str:
-    """A Host header's value: an international name in its IDNA form."""
-    return netloc if netloc.isascii() else netloc.encode("idna").decode("ascii")

@@ -28,6 +28,7 @@ from extraction.http1 import (
     NOT_IN_A_HEADER,
     BadAnswer,
     Reading,
+    host_header,
     read_answer,
     request_head,
     request_target,
@@ -85,11 +86,9 @@ def checked_target(url: str) -> Target:
 
 
 def _ascii(netloc: str) -> str:
-    """A Host header's value: an international name in its IDNA form."""
-    if netloc.isascii():
-        return netloc
+    """A Host header's value (`http1.host_header`); one that cannot be written is unsafe."""
     try:
-        return netloc.encode("idna").decode("ascii")
+        return host_header(netloc)
     except UnicodeError:
         raise UnsafeURLError("The host name cannot be written in ASCII.") from None
 
