@@ -142,8 +142,7 @@ def _waiting(
     )
     twins: defaultdict[tuple, list[tuple[UUID, bool]]] = defaultdict(list)  # (id, pending)
     for pk, status, *document, options in found:
-        request = (*document, json.dumps(options, sort_keys=True))
-        twins[request].append((pk, status == states.PENDING))
+        twins[_request_key(*document, options)].append((pk, status == states.PENDING))
     return [
         job
         for job in patient
@@ -161,8 +160,13 @@ def _same_request(source: ExtractionJob, job: ExtractionJob) -> bool:
 
 
 def _request(job: ExtractionJob) -> tuple:
-    """What two jobs share to share a result: client, extractor, document and options."""
-    return (*_document(job), json.dumps(job.options, sort_keys=True))
+    return _request_key(*_document(job), job.options)
+
+
+def _request_key(client: int | None, extractor: int, file_sha256: str, options) -> tuple:
+    """What two jobs share to share a result: client, extractor, document and options (their
+    JSON, keys sorted: equal as jsonb compares them)."""
+    return client, extractor, file_sha256, json.dumps(options, sort_keys=True)
 
 
 def _request_filter(job: ExtractionJob) -> Q:
