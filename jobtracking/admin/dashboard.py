@@ -40,8 +40,10 @@ from jobtracking.selectors import (
 )
 
 # The charts' drawing area in SVG units (they scale to their column), the y-axis's labels on
-# its left, room above for the top tick's label and below for the time labels.
-CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH, CHART_TOP, CHART_BOTTOM = 600, 160, 40, 12, 22
+# its left, room above for the top tick's label and the busiest bar's value (10-unit glyphs
+# 3 units above it: 12 was a fraction short, and the value was cut at some widths), and below
+# for the time labels.
+CHART_WIDTH, CHART_HEIGHT, AXIS_WIDTH, CHART_TOP, CHART_BOTTOM = 600, 160, 40, 16, 22
 # A phone's column is about 350 px: a chart drawn 600 units wide would shrink its 12-unit labels
 # to 7 px there, so each chart is drawn a second time this wide, shown on narrow screens only
 # (dashboard.css), with half as many time labels.

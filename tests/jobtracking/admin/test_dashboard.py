@@ -58,6 +58,9 @@ def test_the_hourly_chart_has_an_axis_values_and_room_for_its_top_label(root_cli
     assert f'viewBox="0 -{dashboard.CHART_TOP} ' in hourly and dashboard.CHART_TOP >= 10
     # The bars' values in the wide drawing only: on a phone they would crowd each other.
     assert hourly.count('class="bar-value"') == 1 and 'text-anchor="middle">4</text>' in hourly
+    # The busiest bar's value stands 3 units above the top: its glyphs (font size 10, ascent
+    # nearly as much) fit in the view box with room to spare.
+    assert 'y="-3.0" font-size="10"' in hourly and dashboard.CHART_TOP >= 3 + 10 + 2
     assert "jobs per hour, UTC" in hourly
 
 
